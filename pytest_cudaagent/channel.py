@@ -1,0 +1,135 @@
+"""The parent's side of a worker process: spawn, private pipe, deadlines, memory cap, log capture."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import torch.multiprocessing as torch_mp
+
+
+class WorkerTimeout(Exception):
+    pass
+
+
+class WorkerDied(Exception):
+    """The worker ended without answering: crash, exit, signal or memory cap."""
+
+
+@dataclass
+class WorkerFailure(Exception):
+    """The worker answered with an error in a phase (build, construct, forward, ...)."""
+
+    phase: str
+    error_type: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.phase}: {self.error_type}: {self.message}"
+
+
+class Worker:
+    """A spawned child running `target(conn, spec)`. Requests and replies travel on a pipe that
+    only the two processes hold; stdout and stderr go to a log file, never to the verdict."""
+
+    def __init__(self, target, spec: dict, memory_cap_gb: float, env: dict[str, str] | None = None):
+        self._log_dir = tempfile.TemporaryDirectory(prefix="cudaagent-")
+        self.log_path = Path(self._log_dir.name) / "worker.log"
+        spec = {**spec, "log_path": str(self.log_path), "env": env or {}}
+        context = torch_mp.get_context("spawn")
+        self.conn, child_conn = context.Pipe()
+        self.process = context.Process(target=target, args=(child_conn, spec), daemon=True)
+        self.process.start()
+        child_conn.close()
+        self.memory_cap_bytes = memory_cap_gb * 1024**3
+        self.peak_rss_bytes = 0
+
+    def request(self, message: tuple, timeout_s: float) -> dict:
+        if message is not None:
+            try:
+                self.conn.send(message)
+            except (BrokenPipeError, OSError) as error:
+                raise WorkerDied(self._death_reason()) from error
+        return self.receive(timeout_s)
+
+    def receive(self, timeout_s: float) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.conn.poll(0.05):
+                try:
+                    reply = self.conn.recv()
+                except (EOFError, OSError):
+                    raise WorkerDied(self._death_reason()) from None
+                if reply.get("kind") == "error":
+                    raise WorkerFailure(reply["phase"], reply["error_type"], reply["message"])
+                return reply
+            if not self.process.is_alive():
+                raise WorkerDied(self._death_reason())
+            self._check_memory()
+            if time.monotonic() > deadline:
+                self.kill()
+                raise WorkerTimeout(f"no answer within {timeout_s:.0f} s")
+
+    def _check_memory(self) -> None:
+        try:
+            rss = psutil.Process(self.process.pid).memory_info().rss
+        except psutil.Error:
+            return
+        self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
+        if rss > self.memory_cap_bytes:
+            self.kill()
+            raise WorkerDied(
+                f"killed: host memory {rss / 1024**3:.1f} GiB over the cap of "
+                f"{self.memory_cap_bytes / 1024**3:.1f} GiB"
+            )
+
+    def _death_reason(self) -> str:
+        self.process.join(timeout=5)
+        code = self.process.exitcode
+        if code is None:
+            return "worker stopped answering"
+        if code < 0:
+            import signal
+
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"worker killed by {name}"
+        return f"worker exited with code {code} before giving a verdict"
+
+    def log_tail(self, max_chars: int = 4000) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return text[-max_chars:]
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(timeout=10)
+
+    def close(self) -> None:
+        if self.process.is_alive():
+            try:
+                self.conn.send(("exit",))
+            except (BrokenPipeError, OSError):
+                pass
+            self.process.join(timeout=5)
+        self.kill()
+        self.conn.close()
+        self._log_dir.cleanup()
+
+
+def redirect_stdio(log_path: str) -> None:
+    """In the child: send fd 1 and 2 to the log file, so nothing printed reaches the parent's
+    terminal as if it were a verdict."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)

@@ -1,0 +1,82 @@
+"""Element-wise comparison of a candidate's outputs with the reference's, in the parent process."""
+
+from __future__ import annotations
+
+import torch
+
+from .config import DEFAULT_TOLERANCES, Tolerance
+from .result import TrialResult
+
+
+def as_output_list(outputs: object) -> list[object]:
+    if isinstance(outputs, (tuple, list)):
+        return list(outputs)
+    return [outputs]
+
+
+def describe(value: object) -> str:
+    if type(value) is torch.Tensor:
+        return f"Tensor{tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
+    return type(value).__name__
+
+
+def compare_outputs(
+    index: int,
+    expected: list[object],
+    actual: list[object],
+    tolerances: dict[str, Tolerance] = DEFAULT_TOLERANCES,
+) -> TrialResult:
+    """Both lists hold CPU tensors (device already checked in the child)."""
+    if len(actual) != len(expected):
+        return TrialResult(index, False, error=f"{len(actual)} outputs, expected {len(expected)}")
+    worst_abs, worst_rel, mismatches, numel = 0.0, 0.0, 0, 0
+    for position, (want, got) in enumerate(zip(expected, actual)):
+        where = f"output {position}: " if len(expected) > 1 else ""
+        if not isinstance(want, torch.Tensor):
+            if got != want:
+                return TrialResult(index, False, error=f"{where}{got!r} != expected {want!r}")
+            continue
+        if type(got) is not torch.Tensor:
+            return TrialResult(index, False, error=f"{where}got {describe(got)}, expected a torch.Tensor")
+        if got.shape != want.shape:
+            return TrialResult(
+                index, False, error=f"{where}shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+            )
+        if got.dtype != want.dtype:
+            return TrialResult(index, False, error=f"{where}dtype {got.dtype}, expected {want.dtype}")
+        tolerance = tolerances.get(str(want.dtype).removeprefix("torch."), Tolerance(0.0, 0.0))
+        abs_err, rel_err, bad = _element_errors(want, got, tolerance)
+        worst_abs, worst_rel = max(worst_abs, abs_err), max(worst_rel, rel_err)
+        mismatches += bad
+        numel += want.numel()
+    error = None
+    if mismatches:
+        error = f"{mismatches} of {numel} elements outside tolerance (max abs error {worst_abs:.3g})"
+    return TrialResult(index, mismatches == 0, worst_abs, worst_rel, mismatches, numel, error)
+
+
+def _element_errors(want: torch.Tensor, got: torch.Tensor, tolerance: Tolerance):
+    """(max abs error, max relative error, elements out of tolerance). Relative errors divide by
+    max(|reference|, atol) so near-zero reference values do not dominate the report."""
+    if not want.numel():
+        return 0.0, 0.0, 0
+    if not (want.is_floating_point() or want.is_complex()):
+        bad = int((want != got).sum())
+        worst = float((want.double() - got.double()).abs().max())
+        return worst, worst, bad
+    compute_dtype = torch.float64 if want.dtype == torch.float64 else torch.float32
+    want, got = want.to(compute_dtype), got.to(compute_dtype)
+    finite = torch.isfinite(want) & torch.isfinite(got)
+    magnitude = want.abs().nan_to_num_(nan=0.0, posinf=0.0)
+    diff = torch.where(finite, (got - want).abs_(), 0.0)
+    outside = ~finite | (diff > magnitude * tolerance.rtol + tolerance.atol)
+    bad = 0
+    if bool(outside.any()):
+        # NaN meeting NaN, or an infinity meeting the same infinity, is a match.
+        got_out, want_out = got[outside], want[outside]
+        same_special = (got_out == want_out) | (got_out.isnan() & want_out.isnan())
+        bad = int((~same_special).sum())
+        if bool((~same_special & ~(torch.isfinite(got_out) & torch.isfinite(want_out))).any()):
+            return float("inf"), float("inf"), bad
+    relative = diff / magnitude.clamp_min_(max(tolerance.atol, 1e-12))
+    return float(diff.max()), float(relative.max()), bad

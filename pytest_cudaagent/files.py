@@ -1,0 +1,151 @@
+"""Checks problem and candidate files before anything runs, and loads them inside workers."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+WORKSPACE_MODEL_NEW = "model_new.py"
+WORKSPACE_KERNELS = "kernels"
+# The fixed binding infrastructure of a CUDA-Agent workspace. The evaluator compiles its own
+# copies of these (workspace_files/), never the workspace's, so editing them gains nothing.
+FIXED_BINDING_FILES = ("binding.cpp", "binding_registry.h")
+WORKSPACE_FILES_DIR = Path(__file__).parent / "workspace_files"
+
+
+class BadFileError(ValueError):
+    """A problem or candidate file that cannot be evaluated; the message says what to fix."""
+
+
+def _top_level_names(path: Path) -> tuple[set[str], set[str]]:
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except SyntaxError as error:
+        raise BadFileError(f"{path}: syntax error on line {error.lineno}: {error.msg}") from None
+    classes = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+    functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    return classes, functions
+
+
+def check_problem(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise BadFileError(f"{path}: no such problem file")
+    classes, functions = _top_level_names(path)
+    missing = [name for name in ("Model",) if name not in classes]
+    missing += [name for name in ("get_inputs", "get_init_inputs") if name not in functions]
+    if missing:
+        raise BadFileError(
+            f"{path}: no {', '.join(missing)}; a problem must define class Model, "
+            "get_inputs() and get_init_inputs()"
+        )
+    return path
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A candidate as found on disk: one `.py` file, or a CUDA-Agent workspace directory."""
+
+    path: Path
+    model_file: Path  # the file that defines ModelNew
+    workspace: bool
+
+    def kernel_sources(self) -> list[Path]:
+        if not self.workspace:
+            return []
+        kernels = self.path / WORKSPACE_KERNELS
+        return sorted(p for p in kernels.glob("*") if p.suffix in (".cu", ".cpp", ".h", ".cuh"))
+
+    def source_files(self) -> list[Path]:
+        return [self.model_file, *self.kernel_sources()]
+
+    def protected_hashes(self, problem: Path) -> dict[Path, str]:
+        """Workspace files the agent may not change, with the hash each must have: the fixed
+        binding files equal the evaluator's copies, model.py the problem, utils/ as found."""
+        if not self.workspace:
+            return {}
+        expected = {self.path / name: file_hash(WORKSPACE_FILES_DIR / name) for name in FIXED_BINDING_FILES}
+        expected[self.path / "model.py"] = file_hash(problem)
+        for path in sorted((self.path / "utils").rglob("*")) if (self.path / "utils").is_dir() else ():
+            if path.is_file():
+                expected[path] = file_hash(path)
+        return {path: digest for path, digest in expected.items() if path.exists() or path.name != "model.py"}
+
+    def source_hash(self) -> str:
+        digest = hashlib.sha256()
+        for path in self.source_files():
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+        return digest.hexdigest()[:16]
+
+
+def check_candidate(path: str | Path) -> Candidate:
+    path = Path(path)
+    if path.is_dir():
+        model_file = path / WORKSPACE_MODEL_NEW
+        if not model_file.is_file():
+            raise BadFileError(
+                f"{path}: a workspace directory must contain {WORKSPACE_MODEL_NEW} "
+                f"(and its kernels in {WORKSPACE_KERNELS}/)"
+            )
+        candidate = Candidate(path, model_file, workspace=True)
+    elif path.is_file():
+        candidate = Candidate(path, path, workspace=False)
+    else:
+        raise BadFileError(f"{path}: no such candidate file or workspace directory")
+    classes, _ = _top_level_names(candidate.model_file)
+    if "ModelNew" not in classes:
+        raise BadFileError(
+            f"{candidate.model_file}: no class ModelNew; a candidate must define "
+            "class ModelNew(nn.Module) with the same constructor as the problem's Model"
+        )
+    return candidate
+
+
+def file_hash(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def import_file(path: str | Path, module_name: str) -> ModuleType:
+    """Import a .py file as a fresh module under `module_name`."""
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
+
+
+def build_workspace_extension(candidate: Candidate, device: str, build_dir: Path) -> ModuleType:
+    """Compile a workspace's kernels with the evaluator's own binding files as `cuda_extension`."""
+    from torch.utils.cpp_extension import load
+
+    kernel_dir = candidate.path / WORKSPACE_KERNELS
+    sources = sorted(kernel_dir.glob("*.cpp"))
+    if device == "cuda":
+        sources += sorted(kernel_dir.glob("*.cu"))
+    if not sources:
+        raise BadFileError(f"{kernel_dir}: no kernel sources (*.cu, *.cpp) to build")
+    sources.append(WORKSPACE_FILES_DIR / "binding.cpp")
+    build_dir.mkdir(parents=True, exist_ok=True)
+    module = load(
+        name="cuda_extension",
+        sources=[str(s) for s in sources],
+        extra_include_paths=[str(WORKSPACE_FILES_DIR), str(kernel_dir)],
+        extra_cflags=["-O3"],
+        extra_cuda_cflags=["-O3", "--use_fast_math"] if device == "cuda" else None,
+        build_directory=str(build_dir),
+        with_cuda=device == "cuda",
+        verbose=False,
+    )
+    sys.modules["cuda_extension"] = module
+    return module

@@ -1,0 +1,171 @@
+"""Run-time checks inside the candidate's process, around every `forward` call.
+
+- a TorchDispatchMode sees every operator, Python's and the extension's own `torch::`/`at::`
+  calls alike, and records those the policy forbids (`fallback_op`) or that move data to the
+  host (`host_compute`);
+- a TorchFunctionMode names the Python-level call an operator came from, for readable reasons;
+- on the CPU backend a profile hook sees NumPy computing inside `forward` (`host_compute`);
+- threads still running after `forward` returns are `background_thread`.
+Findings are recorded, not raised, so the candidate runs to the end and the parent decides.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .result import Violation
+from .rules import HALF_DTYPES, Policy
+
+_HOST_LIBRARIES = ("numpy", "scipy", "numba", "cupy", "jax")
+# Frames of these modules are not the candidate's: their calls into NumPy are not its doing.
+_INTERNAL_MODULES = ("numpy", "scipy", "torch", "importlib", "_frozen_importlib", "triton", "pytest_cudaagent", "typing", "inspect", "functools", "contextlib")
+
+
+class Findings:
+    """Violations seen so far, one per (rule, detail)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], Violation] = {}
+        self.precision: set[str] = set()
+
+    def add(self, rule: str, detail: str) -> None:
+        self._seen.setdefault((rule, detail), Violation(rule, detail))
+
+    def drain(self) -> list[Violation]:
+        found = list(self._seen.values())
+        self._seen.clear()
+        return found
+
+
+def _op_names(func) -> tuple[str, str]:
+    namespace = getattr(func, "namespace", None) or func.name().split("::")[0]
+    return namespace, func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else func.name()
+
+
+class _FunctionNames(TorchFunctionMode):
+    """Keeps the innermost Python-level torch call, to name where an operator came from."""
+
+    def __init__(self, stack: list[str]):
+        super().__init__()
+        self.stack = stack
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.stack.append(getattr(func, "__qualname__", None) or getattr(func, "__name__", str(func)))
+        try:
+            return func(*args, **(kwargs or {}))
+        finally:
+            self.stack.pop()
+
+
+class _OperatorAudit(TorchDispatchMode):
+    def __init__(self, policy: Policy, findings: Findings, device: str, python_calls: list[str]):
+        super().__init__()
+        self.policy = policy
+        self.findings = findings
+        self.device = device
+        self.python_calls = python_calls
+        self.torch_ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        namespace, name = _op_names(func)
+        via = f" (from {self.python_calls[-1]})" if self.python_calls else ""
+        if namespace in ("aten", "prims"):
+            self.torch_ops += 1
+            if name in ("_to_copy", "copy_", "to") and self._moves_to_host(func, args, kwargs):
+                self.findings.add("host_compute", f"{namespace}::{name} copies device data to the host{via}")
+            elif not self.policy.allows_op(namespace, name):
+                rule = "host_compute" if name in ("_local_scalar_dense", "item") else "fallback_op"
+                self.findings.add(rule, f"{namespace}::{name}{via}")
+            self._note_precision(name, args, kwargs)
+            return func(*args, **kwargs)
+        # An operator of the candidate's own (torch.library / TORCH_LIBRARY): audit what runs
+        # inside it too; the mode is popped while we are here, so push a fresh one.
+        with _OperatorAudit(self.policy, self.findings, self.device, self.python_calls):
+            return func(*args, **kwargs)
+
+    def _moves_to_host(self, func, args, kwargs) -> bool:
+        if self.device == "cpu":
+            return False
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        target = kwargs.get("device")
+        if target is not None:
+            return torch.device(target).type == "cpu" and any(t.device.type != "cpu" for t in tensors)
+        if func.overloadpacket.__name__ == "copy_" and len(tensors) >= 2:
+            return tensors[0].device.type == "cpu" and tensors[1].device.type != "cpu"
+        return False
+
+    def _note_precision(self, name: str, args, kwargs) -> None:
+        dtype = kwargs.get("dtype")
+        if dtype is not None and any(half in str(dtype) for half in HALF_DTYPES):
+            self.findings.precision.add(f"{str(dtype).removeprefix('torch.')} tensors ({name})")
+
+
+class _HostLibraryWatch:
+    """sys.setprofile hook that sees the candidate's own code calling NumPy and friends (CPU
+    backend). Calls made by torch or by the libraries themselves are their business."""
+
+    def __init__(self, findings: Findings):
+        self.findings = findings
+
+    @staticmethod
+    def _library_of(module: str) -> str | None:
+        return next((lib for lib in _HOST_LIBRARIES if module == lib or module.startswith(lib + ".")), None)
+
+    @staticmethod
+    def _is_candidate_frame(frame) -> bool:
+        module = frame.f_globals.get("__name__", "") if frame is not None else ""
+        return not module.startswith(_INTERNAL_MODULES)
+
+    def __call__(self, frame, event, arg):
+        if event == "c_call":
+            module = getattr(arg, "__module__", None) or type(getattr(arg, "__self__", None)).__module__ or ""
+            library = self._library_of(module)
+            if library and self._is_candidate_frame(frame):
+                self.findings.add("host_compute", f"{library}.{getattr(arg, '__name__', arg)} called in forward")
+        elif event == "call":
+            library = self._library_of(frame.f_globals.get("__name__", ""))
+            if library and self._is_candidate_frame(frame.f_back):
+                self.findings.add("host_compute", f"{library}.{frame.f_code.co_name} called in forward")
+
+
+class ForwardGuard:
+    """Wraps each forward call: `guard(lambda: model(*inputs))`."""
+
+    def __init__(self, policy: Policy, device: str):
+        self.policy = policy
+        self.device = device
+        self.findings = Findings()
+        self.torch_ops_seen = 0
+        # Captured now, before the candidate is imported, so patching them changes nothing.
+        self._enumerate_threads = threading.enumerate
+        self._setprofile = sys.setprofile
+        self._getprofile = sys.getprofile
+
+    def __call__(self, call: Callable[[], object]) -> object:
+        threads_before = set(self._enumerate_threads())
+        python_calls: list[str] = []
+        audit = _OperatorAudit(self.policy, self.findings, self.device, python_calls)
+        previous_profile = self._getprofile()
+        watch_host = self.device == "cpu"
+        try:
+            with _FunctionNames(python_calls), audit:
+                if watch_host:
+                    self._setprofile(_HostLibraryWatch(self.findings))
+                try:
+                    output = call()
+                finally:
+                    if watch_host:
+                        self._setprofile(previous_profile)
+        finally:
+            self.torch_ops_seen += audit.torch_ops
+        for thread in set(self._enumerate_threads()) - threads_before:
+            if thread.is_alive():
+                self.findings.add("background_thread", f"thread {thread.name!r} still running after forward")
+        return output

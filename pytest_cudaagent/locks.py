@@ -1,0 +1,48 @@
+"""One timing at a time per device: a file lock shared by every process on the machine."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def device_key(device: str) -> str:
+    """A name for the physical device, the same in every process whatever CUDA_VISIBLE_DEVICES
+    says, so two xdist workers pinned to one GPU take the same lock."""
+    if device != "cuda":
+        return "cpu"
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    uuid = getattr(props, "uuid", None)
+    return f"gpu-{uuid}" if uuid is not None else f"gpu-{props.name}-{props.pci_bus_id}".replace(" ", "_")
+
+
+def lock_path(device: str) -> Path:
+    root = Path(os.environ.get("CUDAAGENT_LOCK_DIR", tempfile.gettempdir()))
+    return root / f"cudaagent-timing-{device_key(device)}.lock"
+
+
+@contextmanager
+def device_lock(device: str):
+    path = lock_path(device)
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield path
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

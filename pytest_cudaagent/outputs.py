@@ -1,0 +1,34 @@
+"""Facts about a candidate's outputs, read in its own process right after `forward`: exact type,
+device, aliasing of inputs. The values travel to the parent as CPU copies for comparison."""
+
+from __future__ import annotations
+
+import torch
+
+from .compare import as_output_list, describe
+from .result import Violation
+
+
+def _storage_pointer(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage().data_ptr()
+
+
+def inspect_outputs(outputs: object, inputs: list, device: str) -> dict:
+    values = as_output_list(outputs)
+    violations, copies = [], []
+    input_storages = {_storage_pointer(t) for t in inputs if isinstance(t, torch.Tensor)}
+    for position, value in enumerate(values):
+        if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor:
+            # A subclass may compute lazily when compared or fake its values: never convert it.
+            violations.append(Violation("output_type", f"output {position} is {type(value).__qualname__}, not torch.Tensor"))
+            copies.append(None)
+            continue
+        if type(value) is torch.Tensor:
+            if value.device.type != device:
+                violations.append(Violation("output_type", f"output {position} is on {value.device}, expected {device}"))
+            if value.numel() and _storage_pointer(value) in input_storages:
+                violations.append(Violation("output_alias", f"output {position} shares memory with an input"))
+            copies.append(value.detach().to("cpu", copy=True))
+        else:
+            copies.append(value)
+    return {"outputs": copies, "output_types": [describe(v) for v in values], "violations": violations}
