@@ -1,0 +1,166 @@
+"""The batch runner: evaluates many (problem, candidate) pairs through the evaluator's pytest
+plugin under pytest-xdist, in a subprocess, appending each Result to a JSONL file as it finishes.
+
+Workers: one timing worker per GPU would leave the CPU idle while a candidate is timed, so the
+default is more workers than GPUs; builds of later candidates then run on the spare cores while
+the per-GPU lock (pytest_cudaagent.locks) keeps the timings one at a time.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from pytest_cudaagent.pairing import Pair
+from pytest_cudaagent.result import Result
+from pytest_cudaagent.results_file import done_keys, pair_key
+
+from .pairs_plugin import write_manifest
+from .progress import ResultsTail, follow
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# Each nvcc/c++ build of one extension keeps about two cores busy (ninja: the .cu and the .cpp).
+CORES_PER_BUILD = 2
+# pytest's exit codes for "every item ran" (1: some candidates failed, which is a normal outcome).
+PYTEST_RAN = (0, 1)
+
+
+class BatchError(RuntimeError):
+    """The batch could not start or pytest stopped abnormally; the message says what to do."""
+
+
+@dataclass
+class BatchSettings:
+    device: str = "auto"  # cuda, cpu or auto
+    workers: int | None = None  # xdist workers; None: default_workers()
+    trials: int = 5
+    baselines: tuple[str, ...] = ("eager", "compile")
+    timing: bool = True
+    policy: str = "strict"
+    tolerance: str = "default"
+
+
+@dataclass
+class BatchOutcome:
+    results_path: Path
+    log_path: Path | None
+    planned: int  # pairs asked for
+    skipped: int  # already in the results file (--resume)
+    workers: int = 0
+    new_results: list[Result] = field(default_factory=list)
+    pytest_exit: int | None = None  # None when nothing was left to run
+
+    @property
+    def missing(self) -> int:
+        """Pairs run but without a Result: bad problem or candidate files (see the log)."""
+        return self.planned - self.skipped - len(self.new_results)
+
+
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    return "cuda" if gpu_count() else "cpu"
+
+
+def default_workers(device: str, gpus: int, cpus: int) -> int:
+    """Two workers per GPU at least; more while spare cores can each take another build."""
+    if device == "cuda":
+        return max(2 * max(gpus, 1), cpus // CORES_PER_BUILD)
+    # On the CPU backend builds and timings share the cores: keep one build beside the timing.
+    return max(1, min(2, cpus // CORES_PER_BUILD))
+
+
+def pytest_command(manifest: Path, results_path: Path, run_dir: Path, settings: BatchSettings,
+                   device: str, workers: int) -> list[str]:
+    loaded = {entry.value for entry in importlib.metadata.entry_points(group="pytest11")}
+    autoload = not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    command = [sys.executable, "-m", "pytest", str(run_dir), "-c", str(run_dir / "pytest.ini"),
+               "--rootdir", str(run_dir), "-p", "no:cacheprovider", "-q", "-rN"]
+    for plugin in ("pytest_cudaagent.plugin", "xdist.plugin"):
+        if not (autoload and plugin in loaded):
+            command += ["-p", plugin]
+    command += ["-p", "benchmark.pairs_plugin", "--bench-pairs", str(manifest),
+                "--cudaagent-results", str(results_path), "--cudaagent-device", device,
+                "--cudaagent-trials", str(settings.trials),
+                "--cudaagent-baselines", ",".join(settings.baselines),
+                "--cudaagent-policy", settings.policy, "--cudaagent-tolerance", settings.tolerance,
+                "-n", str(workers), "--dist", "worksteal"]
+    if not settings.timing:
+        command.append("--cudaagent-no-timing")
+    return command
+
+
+def _end_with_newline(path: Path) -> None:
+    """A run killed mid-write leaves half a line; the next Result must start on a line of its own."""
+    if path.exists() and path.stat().st_size:
+        with open(path, "rb+") as handle:
+            handle.seek(-1, os.SEEK_END)
+            if handle.read(1) != b"\n":
+                handle.write(b"\n")
+
+
+def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettings, *,
+              resume: bool = False, console: Console | None = None) -> BatchOutcome:
+    results_path = Path(results_path).resolve()
+    console = console or Console()
+    if results_path.exists() and results_path.stat().st_size and not resume:
+        raise BatchError(f"{results_path} already holds results: pass --resume to continue that run, "
+                         "--overwrite to start again, or another --out")
+    done = done_keys(results_path) if resume else set()
+    todo = [pair for pair in pairs if pair.key not in done]
+    outcome = BatchOutcome(results_path, None, planned=len(pairs), skipped=len(pairs) - len(todo))
+    if not todo:
+        return outcome
+
+    device = resolve_device(settings.device)
+    if device == "cuda" and not gpu_count():
+        raise BatchError("--device cuda asked for, but no CUDA GPU is visible; use --device cpu")
+    workers = settings.workers or default_workers(device, gpu_count(), os.cpu_count() or 1)
+    outcome.workers = workers = max(1, min(workers, len(todo)))
+
+    run_dir = results_path.parent / ".bench-run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # Our own ini file: no setting of an enclosing project reaches the run, and nothing is
+    # collected from disk; the only items are the manifest's.
+    (run_dir / "pytest.ini").write_text("[pytest]\n")
+    manifest = run_dir / "pairs.json"
+    write_manifest(manifest, todo)
+    outcome.log_path = results_path.parent / "pytest.log"
+    _end_with_newline(results_path)
+    tail = ResultsTail(results_path, results_path.stat().st_size if results_path.exists() else 0)
+
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    command = pytest_command(manifest, results_path, run_dir, settings, device, workers)
+    with open(outcome.log_path, "w") as log:
+        log.write(" ".join(command) + "\n")
+        log.flush()
+        process = subprocess.Popen(command, cwd=run_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            finished = follow(process, tail, len(todo), console)
+        except KeyboardInterrupt:
+            process.terminate()
+            process.wait()
+            raise
+    todo_keys = {pair.key for pair in todo}
+    outcome.new_results = [r for r in finished if pair_key(r.problem, r.candidate) in todo_keys]
+    outcome.pytest_exit = process.returncode
+    return outcome
+
+
+def log_tail(path: Path | None, lines: int = 30) -> str:
+    if path is None or not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

@@ -1,0 +1,311 @@
+"""Leaderboard tables from results JSONL files: per run and level, KernelBench's fast_p and
+geomean speedups over the best of k samples per problem, the reward distribution, the
+environment each run was measured on, and what changed between runs. pandas in, pandas out.
+
+Conventions (stated in the column names too):
+- A problem's verdict is its best sample (best-of-k): a passing sample with the largest speedup
+  vs compile (then vs eager), else the sample that got furthest.
+- correct = passed (correct outputs and no violation); fast_p = correct and speedup > p.
+- Geomeans: "correct" over problems solved correctly; "all" over every attempted problem,
+  a problem without a correct solution counting as 1x.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from pytest_cudaagent.results_file import read_results
+
+from .kernelbench import level_label, level_of
+
+P_VALUES = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+BASELINE_MODES = ("eager", "compile", "max-autotune")
+# How far an evaluation got, for choosing the best failing sample.
+STATUS_PROGRESS = {"passed": 6, "violation": 5, "incorrect": 4, "runtime_error": 3, "timeout": 2,
+                   "crashed": 1, "build_error": 0}
+# Changes smaller than this between two runs' speedups are noise, not a change.
+SPEEDUP_CHANGE = 0.10
+_SAMPLE = re.compile(r"_sample_(\d+)")
+ENV_KEYS = ("device", "gpu_name", "driver", "torch", "cuda", "python", "cpu", "cpu_count", "host")
+
+
+def run_names(paths: list[Path]) -> list[str]:
+    """`out/results.jsonl` is run "out"; other files are named by their stem; clashes numbered."""
+    names = []
+    for path in paths:
+        name = path.parent.name if path.stem == "results" and path.parent.name else path.stem
+        base, number = name, 2
+        while name in names:
+            name, number = f"{base}-{number}", number + 1
+        names.append(name)
+    return names
+
+
+def results_frame(paths: list[str | Path]) -> pd.DataFrame:
+    """One row per Result; a pair evaluated twice in one file counts once (the last)."""
+    paths = [Path(p) for p in paths]
+    rows = []
+    for run, path in zip(run_names(paths), paths):
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such results file (a JSONL written by `cudaagent bench`)")
+        for result in read_results(path):
+            candidate_ms = result.timing["candidate"].median_ms if "candidate" in result.timing else math.nan
+            sample = _SAMPLE.search(Path(result.candidate).name)
+            row = {
+                "run": run, "level": level_label(level_of(result.problem, result.candidate)),
+                "problem": Path(result.problem).name, "problem_path": result.problem,
+                "candidate": result.candidate, "sample": int(sample.group(1)) if sample else 0,
+                "status": result.status, "passed": result.passed,
+                "compiled": not (result.status == "build_error"
+                                 or (result.status == "timeout" and (result.error or "").startswith("build"))),
+                "reward": result.reward, "lower_precision": bool(result.precision),
+                "precision": "; ".join(result.precision), "candidate_ms": candidate_ms,
+                "env": {key: result.env.get(key) for key in ENV_KEYS if key in result.env},
+                "error": result.error or "",
+            }
+            for mode in BASELINE_MODES:
+                baseline_ms = result.timing[mode].median_ms if mode in result.timing else math.nan
+                row[f"{mode}_ms"] = baseline_ms
+                row[f"speedup_{mode}"] = baseline_ms / candidate_ms if result.passed and candidate_ms > 0 else math.nan
+            for phase, seconds in result.phase_seconds.items():
+                row[f"{phase}_s"] = seconds
+            rows.append(row)
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        raise ValueError(f"no results in {', '.join(map(str, paths))}; run `cudaagent bench` first")
+    return frame.drop_duplicates(subset=["run", "problem_path", "candidate"], keep="last").reset_index(drop=True)
+
+
+def best_of_k(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per (run, level, problem): its best sample, with the sample counts."""
+    ranked = frame.assign(
+        _progress=frame["status"].map(STATUS_PROGRESS),
+        _compile=frame["speedup_compile"].fillna(-1.0), _eager=frame["speedup_eager"].fillna(-1.0))
+    ranked = ranked.sort_values(["_progress", "_compile", "_eager"], ascending=False)
+    keys = ["run", "level", "problem"]
+    best = ranked.groupby(keys, sort=False).head(1).set_index(keys)
+    counts = frame.groupby(keys).agg(samples=("candidate", "size"), passed_samples=("passed", "sum"))
+    best = best.join(counts).reset_index()
+    return best.drop(columns=["_progress", "_compile", "_eager"]).sort_values(keys).reset_index(drop=True)
+
+
+def _geomean(values: pd.Series) -> float:
+    values = values.dropna()
+    values = values[values > 0]
+    return float(math.exp(values.map(math.log).mean())) if len(values) else math.nan
+
+
+def _share(mask: pd.Series) -> float:
+    return round(100.0 * mask.mean(), 1) if len(mask) else math.nan
+
+
+def fast_p(best: pd.DataFrame, mode: str, p: float) -> float:
+    """Percent of problems solved correctly and more than p times faster than `mode`;
+    NaN when `mode` was never timed in this group."""
+    speedups = best[f"speedup_{mode}"]
+    if p > 0 and speedups.isna().all():
+        return math.nan
+    return _share(best["passed"] & (speedups.fillna(0.0) > p) if p > 0 else best["passed"])
+
+
+def _groups(frame: pd.DataFrame):
+    """(run, level) groups, then one "all" group per run."""
+    for (run, level), group in frame.groupby(["run", "level"], sort=True):
+        yield run, level, group
+    for run, group in frame.groupby("run", sort=True):
+        if group["level"].nunique() > 1:
+            yield run, "all", group
+
+
+def level_summary(frame: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    best_groups = {(run, level): group for run, level, group in _groups(best)}
+    for run, level, candidates in _groups(frame):
+        problems = best_groups[(run, level)]
+        per_problem_pass = candidates.groupby("problem_path")["passed"].mean()
+        passed = candidates[candidates["passed"]]
+        row = {
+            "run": run, "level": level, "problems": len(problems), "candidates": len(candidates),
+            "compiled %": _share(problems["compiled"]),
+            "pass@1 %": round(100.0 * per_problem_pass.mean(), 1),
+            "correct (fast_0) %": fast_p(problems, "eager", 0.0),
+        }
+        for mode in ("eager", "compile"):
+            row[f"fast_1 vs {mode} %"] = fast_p(problems, mode, 1.0)
+        for mode in ("eager", "compile"):
+            speedups = problems[f"speedup_{mode}"]
+            measured = not speedups.isna().all()
+            row[f"geomean vs {mode} (correct)"] = round(_geomean(speedups), 3) if measured else math.nan
+            all_problems = speedups.where(problems["passed"], 1.0).fillna(1.0)
+            row[f"geomean vs {mode} (all, failures=1x)"] = round(_geomean(all_problems), 3) if measured else math.nan
+        row["lower precision % of passed"] = _share(passed["lower_precision"]) if len(passed) else math.nan
+        row["mean reward"] = round(float(candidates["reward"].mean()), 3)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def fast_p_table(best: pd.DataFrame, p_values=P_VALUES) -> pd.DataFrame:
+    rows = []
+    for run, level, problems in _groups(best):
+        for mode in BASELINE_MODES:
+            if mode != "eager" and problems[f"speedup_{mode}"].isna().all():
+                continue
+            rows.append({"run": run, "level": level, "baseline": mode,
+                         **{f"fast_{p:g} %": fast_p(problems, mode, p) for p in p_values}})
+    return pd.DataFrame(rows)
+
+
+def reward_distribution(frame: pd.DataFrame) -> pd.DataFrame:
+    """Candidates per milestone reward (-1 fail, 1 correct, 2 beats eager, 3 beats compile)."""
+    rows = []
+    for run, level, group in _groups(frame):
+        counts = group["reward"].value_counts()
+        rows.append({"run": run, "level": level,
+                     **{f"reward {value:g}": int(counts.get(value, 0)) for value in (-1.0, 1.0, 2.0, 3.0)}})
+    return pd.DataFrame(rows)
+
+
+def problem_table(best: pd.DataFrame) -> pd.DataFrame:
+    columns = {"run": "run", "level": "level", "problem": "problem", "samples": "samples",
+               "passed_samples": "passed", "status": "best status", "candidate_ms": "candidate ms",
+               "eager_ms": "eager ms", "compile_ms": "compile ms", "speedup_eager": "vs eager",
+               "speedup_compile": "vs compile", "reward": "reward"}
+    table = best[list(columns)].rename(columns=columns)
+    return table.round({"candidate ms": 4, "eager ms": 4, "compile ms": 4, "vs eager": 3, "vs compile": 3})
+
+
+def changes(best: pd.DataFrame) -> pd.DataFrame:
+    """Problems whose verdict or speed vs compile (else eager) changed from the first run to each other run."""
+    runs = list(dict.fromkeys(best["run"]))
+    if len(runs) < 2:
+        return pd.DataFrame()
+    indexed = best.set_index(["run", "level", "problem"])
+    rows = []
+    for other in runs[1:]:
+        before, after = indexed.loc[runs[0]], indexed.loc[other]
+        for key in before.index.union(after.index):
+            old = before.loc[key] if key in before.index else None
+            new = after.loc[key] if key in after.index else None
+            change = _change(old, new)
+            if change != "same":
+                rows.append({"level": key[0], "problem": key[1], "from run": runs[0], "to run": other,
+                             "before": _verdict(old), "after": _verdict(new), "change": change})
+    return pd.DataFrame(rows)
+
+
+def _speed(row) -> float:
+    for mode in ("compile", "eager"):
+        value = row[f"speedup_{mode}"]
+        if not pd.isna(value):
+            return float(value)
+    return math.nan
+
+
+def _verdict(row) -> str:
+    if row is None:
+        return "not run"
+    speed = _speed(row)
+    return row["status"] + ("" if math.isnan(speed) else f" {speed:.2f}x")
+
+
+def _change(old, new) -> str:
+    if old is None or new is None:
+        return "added" if old is None else "removed"
+    if old["passed"] != new["passed"]:
+        return "fixed" if new["passed"] else "broken"
+    if old["status"] != new["status"]:
+        return "status changed"
+    before, after = _speed(old), _speed(new)
+    if math.isnan(before) or math.isnan(after):
+        return "same"
+    if after > before * (1 + SPEEDUP_CHANGE):
+        return "faster"
+    if after < before / (1 + SPEEDUP_CHANGE):
+        return "slower"
+    return "same"
+
+
+def environment(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per run, each environment field's values (several when a run mixed machines)."""
+    rows = []
+    for run, group in frame.groupby("run", sort=False):
+        row = {"run": run}
+        for key in ENV_KEYS:
+            values = sorted({str(env[key]) for env in group["env"] if env.get(key) is not None})
+            row[key] = ", ".join(values) if values else "-"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+@dataclass
+class Leaderboard:
+    frame: pd.DataFrame  # one row per Result
+    best: pd.DataFrame  # one row per (run, level, problem)
+    summary: pd.DataFrame
+    fast_p: pd.DataFrame
+    rewards: pd.DataFrame
+    problems: pd.DataFrame
+    changes: pd.DataFrame
+    environment: pd.DataFrame
+
+    @classmethod
+    def from_files(cls, paths: list[str | Path]) -> Leaderboard:
+        frame = results_frame(paths)
+        best = best_of_k(frame)
+        return cls(frame, best, level_summary(frame, best), fast_p_table(best), reward_distribution(frame),
+                   problem_table(best), changes(best), environment(frame))
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    """A GitHub markdown table (pandas' own needs the tabulate package)."""
+    if table.empty:
+        return "(none)\n"
+    cells = [[_cell(value) for value in row] for row in table.itertuples(index=False)]
+    header = [str(column) for column in table.columns]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in cells]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return "-" if math.isnan(value) else f"{value:g}"
+    return str(value).replace("|", "\\|")
+
+
+NOTES = ("Per problem the best of its k samples counts. correct = passed (right outputs, no "
+         "violation); fast_p = correct and more than p times faster than the baseline. Geomeans: "
+         "'correct' over correctly solved problems, 'all' over every attempted problem with "
+         "failures counted as 1x. pass@1 = mean over problems of the share of passing samples.")
+
+
+def to_markdown(board: Leaderboard) -> str:
+    sections = [("Leaderboard", board.summary), ("fast_p by baseline", board.fast_p),
+                ("Reward distribution (candidates)", board.rewards),
+                ("Best of k per problem", board.problems)]
+    if not board.changes.empty or board.frame["run"].nunique() > 1:
+        sections.append(("Changes between runs", board.changes))
+    sections.append(("Environment", board.environment))
+    text = [f"# cuda-agent benchmark\n\n{NOTES}\n"]
+    text += [f"## {title}\n\n{markdown_table(table)}" for title, table in sections]
+    return "\n".join(text)
+
+
+def write_reports(board: Leaderboard, out_dir: str | Path) -> dict[str, Path]:
+    """leaderboard.md, leaderboard.csv (the per-level summary), problems.csv and report.html."""
+    from .report_html import write_html
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"markdown": out_dir / "leaderboard.md", "csv": out_dir / "leaderboard.csv",
+             "problems_csv": out_dir / "problems.csv", "html": out_dir / "report.html"}
+    paths["markdown"].write_text(to_markdown(board))
+    board.summary.to_csv(paths["csv"], index=False)
+    board.problems.to_csv(paths["problems_csv"], index=False)
+    write_html(board, paths["html"])
+    return paths

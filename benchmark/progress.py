@@ -1,0 +1,76 @@
+"""Follows a batch run by reading its results JSONL as it grows: a rich progress bar with the
+count of each status, and one line per finished candidate."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from pytest_cudaagent.result import Result
+
+STATUS_COLOURS = {"passed": "green", "incorrect": "red", "build_error": "magenta", "runtime_error": "red",
+                  "timeout": "yellow", "crashed": "red", "violation": "bright_red"}
+
+
+class ResultsTail:
+    """New complete lines of a JSONL file since `offset`; a half-written line waits."""
+
+    def __init__(self, path: Path, offset: int):
+        self.path = Path(path)
+        self.offset = offset
+
+    def poll(self) -> list[Result]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return []
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        results = []
+        for line in complete.decode(errors="replace").splitlines():
+            try:
+                results.append(Result.from_json(line))
+            except (ValueError, TypeError, KeyError):
+                continue
+        return results
+
+
+def status_counts(counts: Counter) -> str:
+    return "  ".join(f"[{STATUS_COLOURS.get(status, 'white')}]{status} {count}[/]"
+                     for status, count in sorted(counts.items()))
+
+
+def follow(process: subprocess.Popen, tail: ResultsTail, total: int, console: Console,
+           poll_s: float = 0.5) -> list[Result]:
+    """Until `process` ends: show progress over `total` pairs; returns the Results it wrote."""
+    finished: list[Result] = []
+    counts: Counter = Counter()
+    columns = (TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.description}"))
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("", total=total)
+        while True:
+            running = process.poll() is None
+            for result in tail.poll():
+                finished.append(result)
+                counts[result.status] += 1
+                colour = STATUS_COLOURS.get(result.status, "white")
+                bar.console.print(f"[{colour}]{result.status:<13}[/] {Path(result.problem).name} <- "
+                                  f"{Path(result.candidate).name}  {_speed(result)}", highlight=False)
+                bar.update(task, completed=len(finished), description=status_counts(counts))
+            if not running:
+                return finished
+            time.sleep(poll_s)
+
+
+def _speed(result: Result) -> str:
+    parts = [f"{value:.2f}x vs {name}" for name, value in
+             (("eager", result.speedup_vs_eager), ("compile", result.speedup_vs_compile)) if value is not None]
+    return ", ".join(parts)
