@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,13 +29,21 @@ def lock_path(device: str) -> Path:
 
 @contextmanager
 def device_lock(device: str):
+    """Held for the whole of a timing. With CUDAAGENT_LOCK_LOG set, each hold is logged as
+    `pid acquired_ns released_ns` so a run can show that timings never overlapped."""
     path = lock_path(device)
     with open(path, "a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
+        acquired_ns = time.time_ns()
         try:
             yield path
         finally:
+            released_ns = time.time_ns()
             fcntl.flock(handle, fcntl.LOCK_UN)
+            log = os.environ.get("CUDAAGENT_LOCK_LOG")
+            if log:
+                with open(log, "a") as log_handle:
+                    log_handle.write(f"{device_key(device)} {os.getpid()} {acquired_ns} {released_ns}\n")
 
 
 @contextmanager

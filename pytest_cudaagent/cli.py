@@ -1,0 +1,115 @@
+"""`cudaagent` command line. `verify` lives here; other packages add their subcommands through
+`register(subparsers)` in their own cli.py."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from .config import EvalConfig
+from .evaluate import evaluate
+from .files import BadFileError
+from .result import Result
+
+EXIT_PASSED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def render_result(result: Result, console: Console) -> None:
+    colour = "green" if result.passed else "red"
+    console.print(f"[bold {colour}]{result.status.upper()}[/]  reward {result.reward:g}  "
+                  f"{Path(result.problem).name} <- {Path(result.candidate).name}  ({result.device})")
+    if result.error and not result.passed:
+        console.print(f"  {result.error}")
+    for violation in result.violations:
+        console.print(f"  [red]violation[/] [{violation.rule}] {violation.detail}")
+    for warning in result.warnings:
+        console.print(f"  [yellow]warning[/] [{warning.rule}] {warning.detail}")
+    if result.trials:
+        trials = Table("trial", "ok", "max abs err", "max rel err", "mismatches", title="correctness")
+        for trial in result.trials:
+            trials.add_row(str(trial.index), "yes" if trial.correct else "NO",
+                           _number(trial.max_abs_error), _number(trial.max_rel_error),
+                           f"{trial.mismatches}/{trial.numel}" if trial.numel else (trial.error or ""))
+        console.print(trials)
+    if result.timing:
+        timing = Table("what", "median ms", "IQR ms", "samples", "device ms", title="timing")
+        for name, stats in result.timing.items():
+            timing.add_row(name, f"{stats.median_ms:.4f}", f"{stats.iqr_ms:.4f}", str(stats.samples),
+                           _number(stats.device_ms))
+        console.print(timing)
+    speedups = [f"{result.speedup_vs_eager:.3f}x vs eager" if result.speedup_vs_eager else "",
+                f"{result.speedup_vs_compile:.3f}x vs compile" if result.speedup_vs_compile else ""]
+    if any(speedups):
+        console.print("  speedup: " + ", ".join(s for s in speedups if s))
+    if result.precision:
+        console.print("  precision: " + "; ".join(result.precision))
+    if result.status in ("build_error", "crashed", "runtime_error") and result.log:
+        console.print("  --- candidate log (tail) ---")
+        console.print(result.log[-2000:], markup=False, highlight=False)
+
+
+def _number(value) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _add_verify(subparsers) -> None:
+    parser = subparsers.add_parser("verify", help="verify and time one candidate against its problem")
+    parser.add_argument("problem", help="problem .py (Model, get_inputs, get_init_inputs)")
+    parser.add_argument("candidate", help="candidate .py (ModelNew) or CUDA-Agent workspace directory")
+    parser.add_argument("--device", choices=("cuda", "cpu", "auto"), default="auto")
+    parser.add_argument("--trials", type=int, default=5, help="correctness trials with fresh inputs (default 5)")
+    parser.add_argument("--baselines", default="eager,compile",
+                        help="comma-separated: eager, compile, max-autotune; empty for none")
+    parser.add_argument("--no-timing", action="store_true", help="check correctness only")
+    parser.add_argument("--policy", choices=("strict", "permissive"), default="strict")
+    parser.add_argument("--tolerance", choices=("default", "strict"), default="default")
+    parser.add_argument("--output", help="write the Result as JSON to this file")
+    parser.add_argument("--json", action="store_true", help="print the Result as JSON instead of the summary")
+    parser.set_defaults(func=run_verify)
+
+
+def run_verify(args) -> int:
+    if args.trials < 1:
+        print("cudaagent verify: --trials must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    baselines = tuple(name.strip() for name in args.baselines.split(",") if name.strip())
+    unknown = set(baselines) - {"eager", "compile", "max-autotune"}
+    if unknown:
+        print(f"cudaagent verify: unknown baseline(s) {sorted(unknown)}; use eager, compile, max-autotune", file=sys.stderr)
+        return EXIT_USAGE
+    config = EvalConfig(device=args.device, trials=args.trials, timing=not args.no_timing,
+                        baselines=baselines, policy=args.policy, tolerance=args.tolerance)
+    try:
+        result = evaluate(args.problem, args.candidate, config)
+    except BadFileError as error:
+        print(f"cudaagent verify: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.output:
+        Path(args.output).write_text(result.to_json(indent=1) + "\n")
+    if args.json:
+        print(result.to_json(indent=1))
+    else:
+        render_result(result, Console())
+    return EXIT_PASSED if result.passed else EXIT_FAILED
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cudaagent", description="Check, time, benchmark and train agents that write CUDA kernels")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    _add_verify(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""pytest plugin: one test item per (problem, candidate) pair, and a `cudaagent` fixture.
+
+Hooks and options only; the work is `pytest_cudaagent.evaluate`. Under pytest-xdist each worker
+is pinned to one GPU before CUDA starts, and timings take a per-GPU lock (locks.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from .config import EvalConfig
+from .evaluate import evaluate
+from .files import BadFileError
+from .gpu_pinning import pin_xdist_worker_to_gpu
+from .pairing import Pair, pair_directory
+from .result import Result
+from .results_file import append_result, done_keys
+
+_OPTIONS = [
+    # (option, ini name, default, help)
+    ("--cudaagent-problem", "cudaagent_problem", None, "a problem file (KernelBench format: Model, get_inputs, get_init_inputs)"),
+    ("--cudaagent-candidate", "cudaagent_candidate", None, "a candidate file (class ModelNew) or workspace directory for --cudaagent-problem"),
+    ("--cudaagent-problems", "cudaagent_problems", None, "a directory of problem files (directory mode)"),
+    ("--cudaagent-candidates", "cudaagent_candidates", None, "a directory of candidates paired with the problems by file name"),
+    ("--cudaagent-results", "cudaagent_results", None, "append every Result to this JSONL file as it finishes"),
+    ("--cudaagent-resume", "cudaagent_resume", False, "skip pairs whose Result is already in --cudaagent-results"),
+    ("--cudaagent-device", "cudaagent_device", "auto", "cuda, cpu or auto (cuda when a GPU is visible)"),
+    ("--cudaagent-trials", "cudaagent_trials", "5", "correctness trials with fresh inputs"),
+    ("--cudaagent-baselines", "cudaagent_baselines", "eager,compile", "baselines to time: eager, compile, max-autotune (comma-separated; empty for none)"),
+    ("--cudaagent-no-timing", "cudaagent_no_timing", False, "check correctness only"),
+    ("--cudaagent-policy", "cudaagent_policy", "strict", "anti-hacking policy: strict (the paper's rules) or permissive (KernelBench's)"),
+    ("--cudaagent-tolerance", "cudaagent_tolerance", "default", "tolerance preset: default (atol=rtol=1e-2 for fp32) or strict"),
+]
+_FLAGS = {"--cudaagent-resume", "--cudaagent-no-timing"}
+RESULT_PROPERTY = "cudaagent_result"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("cudaagent", "verify and time candidate kernels against their PyTorch reference")
+    for option, ini_name, default, help_text in _OPTIONS:
+        if option in _FLAGS:
+            group.addoption(option, action="store_true", default=None, help=help_text)
+            parser.addini(ini_name, help=help_text, type="bool", default=default)
+        else:
+            group.addoption(option, default=None, help=f"{help_text} (default: {default})")
+            parser.addini(ini_name, help=help_text, default=default)
+
+
+def _setting(config: pytest.Config, option: str):
+    value = config.getoption(option.lstrip("-").replace("-", "_"))
+    if value is None:
+        ini_name = option.lstrip("-").replace("-", "_")
+        value = config.getini(ini_name)
+    return value
+
+
+def config_from_pytest(config: pytest.Config) -> EvalConfig:
+    baselines = str(_setting(config, "--cudaagent-baselines") or "")
+    return EvalConfig(
+        device=_setting(config, "--cudaagent-device"),
+        trials=int(_setting(config, "--cudaagent-trials")),
+        timing=not _setting(config, "--cudaagent-no-timing"),
+        baselines=tuple(name.strip() for name in baselines.split(",") if name.strip()),
+        policy=_setting(config, "--cudaagent-policy"),
+        tolerance=_setting(config, "--cudaagent-tolerance"),
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Before anything in this worker starts CUDA: one GPU per xdist worker.
+    pin_xdist_worker_to_gpu(os.environ.get("PYTEST_XDIST_WORKER"))
+    config.addinivalue_line("markers", "cudaagent: a candidate kernel evaluated against its problem")
+
+
+def _requested_pairs(config: pytest.Config) -> list[Pair]:
+    problem, candidate = _setting(config, "--cudaagent-problem"), _setting(config, "--cudaagent-candidate")
+    problems, candidates = _setting(config, "--cudaagent-problems"), _setting(config, "--cudaagent-candidates")
+    if bool(problem) != bool(candidate):
+        raise pytest.UsageError("--cudaagent-problem and --cudaagent-candidate go together")
+    if bool(problems) != bool(candidates):
+        raise pytest.UsageError("--cudaagent-problems and --cudaagent-candidates go together")
+    pairs = [Pair(Path(problem), Path(candidate))] if problem else []
+    if problems:
+        try:
+            pairs += pair_directory(Path(problems), Path(candidates))
+        except FileNotFoundError as error:
+            raise pytest.UsageError(str(error)) from None
+    return pairs
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    pairs = _requested_pairs(config)
+    results_path = _setting(config, "--cudaagent-results")
+    skip = done_keys(results_path) if results_path and _setting(config, "--cudaagent-resume") else set()
+    for pair in pairs:
+        if pair.key not in skip:
+            items.append(CandidateItem.from_parent(session, name=f"cudaagent::{pair.name}", pair=pair))
+
+
+class CandidateFailed(Exception):
+    def __init__(self, result: Result):
+        super().__init__(result.summary())
+        self.result = result
+
+
+class CandidateItem(pytest.Item):
+    def __init__(self, *, pair: Pair, **kwargs):
+        super().__init__(**kwargs)
+        self.pair = pair
+        self.add_marker("cudaagent")
+
+    def runtest(self) -> None:
+        result = evaluate(self.pair.problem, self.pair.candidate, config_from_pytest(self.config))
+        self.user_properties.append((RESULT_PROPERTY, result.to_json()))
+        results_path = _setting(self.config, "--cudaagent-results")
+        if results_path:
+            append_result(results_path, result)
+        if not result.passed:
+            raise CandidateFailed(result)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, CandidateFailed):
+            result = excinfo.value.result
+            lines = [result.summary()]
+            lines += [f"  trial {t.index}: {t.error}" for t in result.trials if not t.correct]
+            lines += [f"  warning [{w.rule}] {w.detail}" for w in result.warnings]
+            if result.status in ("build_error", "runtime_error", "crashed") and result.log:
+                lines += ["  --- candidate log (tail) ---", result.log[-1500:]]
+            return "\n".join(lines)
+        if isinstance(excinfo.value, BadFileError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.pair.candidate, None, f"cudaagent: {self.pair.name} <- {self.pair.candidate.name}"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    rows = []
+    for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", []):
+        for key, value in getattr(report, "user_properties", []):
+            if key == RESULT_PROPERTY and report.when == "call":
+                rows.append(Result.from_json(value))
+    if not rows:
+        return
+    terminalreporter.section("cudaagent results")
+    for result in rows:
+        terminalreporter.write_line(f"{Path(result.problem).stem:<28} {Path(result.candidate).name:<32} {result.summary()}")
+
+
+class CudaAgentFixture:
+    """`cudaagent.verify(problem, candidate, **overrides) -> Result` for hand-written tests."""
+
+    def __init__(self, config: EvalConfig):
+        self.config = config
+
+    def verify(self, problem, candidate, **overrides) -> Result:
+        config = EvalConfig.from_dict({**self.config.to_dict(), **_plain(overrides)})
+        return evaluate(problem, candidate, config)
+
+
+def _plain(overrides: dict) -> dict:
+    return json.loads(json.dumps(overrides, default=str))
+
+
+@pytest.fixture
+def cudaagent(request) -> CudaAgentFixture:
+    return CudaAgentFixture(config_from_pytest(request.config))

@@ -1,0 +1,12 @@
+"""Test candidate: calls os._exit(0) in forward."""
+
+import torch
+import torch.nn as nn
+import os
+
+class ModelNew(nn.Module):
+    def __init__(self, *args):
+        super().__init__()
+
+    def forward(self, *inputs):
+        os._exit(0)

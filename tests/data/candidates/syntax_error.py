@@ -1,0 +1,4 @@
+"""Test candidate: not valid Python."""
+
+class ModelNew(nn.Module:
+    pass

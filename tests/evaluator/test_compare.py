@@ -1,0 +1,79 @@
+import torch
+
+from pytest_cudaagent.compare import compare_outputs
+from pytest_cudaagent.config import STRICT_TOLERANCES
+
+
+def test_equal_outputs_pass_with_zero_error():
+    x = torch.randn(32, 32)
+    trial = compare_outputs(0, [x], [x.clone()])
+    assert trial.correct and trial.mismatches == 0 and trial.max_abs_error == 0.0
+
+
+def test_error_within_tolerance_passes_and_is_reported():
+    x = torch.randn(64)
+    trial = compare_outputs(0, [x], [x + 1e-3])
+    assert trial.correct
+    assert 0.0009 < trial.max_abs_error < 0.0011
+
+
+def test_one_element_outside_tolerance_fails_with_count():
+    x = torch.randn(64)
+    y = x.clone()
+    y[5] += 1.0
+    trial = compare_outputs(3, [x], [y])
+    assert not trial.correct and trial.mismatches == 1 and trial.index == 3
+    assert "1 of 64" in trial.error
+
+
+def test_strict_tolerance_rejects_what_default_accepts():
+    x = torch.randn(64)
+    assert compare_outputs(0, [x], [x + 5e-3]).correct
+    assert not compare_outputs(0, [x], [x + 5e-3], STRICT_TOLERANCES).correct
+
+
+def test_nan_positions_must_match():
+    x = torch.randn(16)
+    y = x.clone()
+    y[2] = float("nan")
+    assert not compare_outputs(0, [x], [y]).correct
+    x[2] = float("nan")
+    assert compare_outputs(0, [x], [y]).correct
+
+
+def test_infinities_must_match_in_sign():
+    x = torch.randn(16)
+    x[0] = float("inf")
+    same, flipped = x.clone(), x.clone()
+    flipped[0] = float("-inf")
+    assert compare_outputs(0, [x], [same]).correct
+    assert not compare_outputs(0, [x], [flipped]).correct
+
+
+def test_shape_that_would_broadcast_is_rejected():
+    trial = compare_outputs(0, [torch.zeros(4, 4)], [torch.zeros(4)])
+    assert not trial.correct and "shape" in trial.error
+
+
+def test_wrong_dtype_is_rejected():
+    trial = compare_outputs(0, [torch.zeros(4)], [torch.zeros(4, dtype=torch.float64)])
+    assert not trial.correct and "dtype" in trial.error
+
+
+def test_wrong_output_count_and_non_tensor_are_rejected():
+    assert not compare_outputs(0, [torch.zeros(2), torch.zeros(2)], [torch.zeros(2)]).correct
+    trial = compare_outputs(0, [torch.zeros(2)], [[0.0, 0.0]])
+    assert not trial.correct and "torch.Tensor" in trial.error
+
+
+def test_integer_outputs_compare_exactly():
+    x = torch.arange(10)
+    y = x.clone()
+    y[9] += 1
+    assert compare_outputs(0, [x], [x.clone()]).correct
+    assert not compare_outputs(0, [x], [y]).correct
+
+
+def test_half_outputs_use_their_own_tolerance():
+    x = torch.randn(100).half()
+    assert compare_outputs(0, [x], [(x.float() + 4e-3).half()]).correct

@@ -1,0 +1,23 @@
+"""Paths and configs shared by the tests."""
+
+from pathlib import Path
+
+from pytest_cudaagent import EvalConfig, TimingConfig
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+PROBLEMS = EXAMPLES / "problems"
+CPU_CANDIDATES = EXAMPLES / "candidates" / "cpu"
+CUDA_CANDIDATES = EXAMPLES / "candidates" / "cuda"
+DATA = REPO / "tests" / "data"
+TEST_PROBLEMS = DATA / "problems"
+TEST_CANDIDATES = DATA / "candidates"
+
+# Small budgets: the tests check behaviour, not speed.
+QUICK_TIMING = TimingConfig(warmup_ms=5, repeat_ms=20, min_samples=6, max_samples=60)
+
+
+def cpu_config(**overrides) -> EvalConfig:
+    settings = dict(device="cpu", timing=False, baselines=(), run_timeout_s=120, timing_config=QUICK_TIMING)
+    settings.update(overrides)
+    return EvalConfig(**settings)
