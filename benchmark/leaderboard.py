@@ -50,14 +50,14 @@ def results_frame(paths: list[str | Path]) -> pd.DataFrame:
     """One row per Result; a pair evaluated twice in one file counts once (the last)."""
     paths = [Path(p) for p in paths]
     rows = []
-    for run, path in zip(run_names(paths), paths):
+    for run_index, (run, path) in enumerate(zip(run_names(paths), paths)):
         if not path.exists():
             raise FileNotFoundError(f"{path}: no such results file (a JSONL written by `cudaagent bench`)")
         for result in read_results(path):
             candidate_ms = result.timing["candidate"].median_ms if "candidate" in result.timing else math.nan
             sample = _SAMPLE.search(Path(result.candidate).name)
             row = {
-                "run": run, "level": level_label(level_of(result.problem, result.candidate)),
+                "run_index": run_index, "run": run, "level": level_label(level_of(result.problem, result.candidate)),
                 "problem": Path(result.problem).name, "problem_path": result.problem,
                 "candidate": result.candidate, "sample": int(sample.group(1)) if sample else 0,
                 "status": result.status, "passed": result.passed,
@@ -87,7 +87,7 @@ def best_of_k(frame: pd.DataFrame) -> pd.DataFrame:
         _progress=frame["status"].map(STATUS_PROGRESS),
         _compile=frame["speedup_compile"].fillna(-1.0), _eager=frame["speedup_eager"].fillna(-1.0))
     ranked = ranked.sort_values(["_progress", "_compile", "_eager"], ascending=False)
-    keys = ["run", "level", "problem"]
+    keys = ["run_index", "run", "level", "problem"]
     best = ranked.groupby(keys, sort=False).head(1).set_index(keys)
     counts = frame.groupby(keys).agg(samples=("candidate", "size"), passed_samples=("passed", "sum"))
     best = best.join(counts).reset_index()
@@ -114,12 +114,12 @@ def fast_p(best: pd.DataFrame, mode: str, p: float) -> float:
 
 
 def _groups(frame: pd.DataFrame):
-    """(run, level) groups, then one "all" group per run."""
-    for (run, level), group in frame.groupby(["run", "level"], sort=True):
-        yield run, level, group
-    for run, group in frame.groupby("run", sort=True):
-        if group["level"].nunique() > 1:
-            yield run, "all", group
+    """(run, level) groups, runs in the order their files were given, then one "all" group per run."""
+    for (_, run), run_rows in frame.groupby(["run_index", "run"], sort=True):
+        for level, group in run_rows.groupby("level", sort=True):
+            yield run, level, group
+        if run_rows["level"].nunique() > 1:
+            yield run, "all", run_rows
 
 
 def level_summary(frame: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
@@ -181,10 +181,10 @@ def problem_table(best: pd.DataFrame) -> pd.DataFrame:
 
 def changes(best: pd.DataFrame) -> pd.DataFrame:
     """Problems whose verdict or speed vs compile (else eager) changed from the first run to each other run."""
-    runs = list(dict.fromkeys(best["run"]))
+    runs = list(best.sort_values("run_index")["run"].unique())
     if len(runs) < 2:
         return pd.DataFrame()
-    indexed = best.set_index(["run", "level", "problem"])
+    indexed = best.drop(columns="run_index").set_index(["run", "level", "problem"])
     rows = []
     for other in runs[1:]:
         before, after = indexed.loc[runs[0]], indexed.loc[other]

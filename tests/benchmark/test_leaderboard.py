@@ -1,0 +1,128 @@
+"""Leaderboard arithmetic and reports, from results files written in the evaluator's format."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from benchmark.leaderboard import Leaderboard, markdown_table, run_names, write_reports
+
+from .bench_helpers import fake_result, run_cli, write_results
+
+P1 = "/kb/KernelBench/level1/1_A.py"
+P2 = "/kb/KernelBench/level1/2_B.py"
+Q1 = "/kb/KernelBench/level2/1_C.py"
+
+
+def _cand(name: str) -> str:
+    return f"/runs/{name}"
+
+
+@pytest.fixture
+def runs(tmp_path):
+    old = write_results(tmp_path / "old" / "results.jsonl", [
+        fake_result(P1, _cand("level_1_problem_1_sample_0_kernel.py"), candidate_ms=1.0, eager_ms=2.0, compile_ms=1.5),
+        fake_result(P1, _cand("level_1_problem_1_sample_1_kernel.py"), status="incorrect"),
+        fake_result(P2, _cand("level_1_problem_2_sample_0_kernel.py"), status="build_error"),
+        fake_result(Q1, _cand("level_2_problem_1_sample_0_kernel.py"), candidate_ms=4.0, eager_ms=2.0,
+                    compile_ms=1.0, precision=["tf32"]),
+    ])
+    new = write_results(tmp_path / "new" / "results.jsonl", [
+        fake_result(P1, _cand("level_1_problem_1_sample_0_kernel.py"), candidate_ms=0.5, eager_ms=2.0, compile_ms=1.5),
+        fake_result(P2, _cand("level_1_problem_2_sample_0_kernel.py"), candidate_ms=1.0, eager_ms=1.0, compile_ms=1.0),
+        fake_result(Q1, _cand("level_2_problem_1_sample_0_kernel.py"), status="incorrect",
+                    env={"device": "cuda", "gpu_name": "Other GPU", "torch": "2.11.0"}),
+    ])
+    return old, new
+
+
+def _row(table: pd.DataFrame, **where) -> dict:
+    mask = pd.Series(True, index=table.index)
+    for column, value in where.items():
+        mask &= table[column] == value
+    rows = table[mask].to_dict("records")
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def test_level_summary_counts_best_of_k_and_both_geomean_conventions(runs):
+    board = Leaderboard.from_files([runs[0]])
+    level1 = _row(board.summary, run="old", level="level1")
+    assert level1["problems"] == 2 and level1["candidates"] == 3
+    assert level1["compiled %"] == 50.0  # 2_B never built
+    assert level1["pass@1 %"] == 25.0  # 1_A: 1 of 2 samples, 2_B: 0 of 1
+    assert level1["correct (fast_0) %"] == 50.0
+    assert level1["fast_1 vs eager %"] == 50.0 and level1["fast_1 vs compile %"] == 50.0
+    assert level1["geomean vs eager (correct)"] == 2.0
+    assert level1["geomean vs eager (all, failures=1x)"] == round(math.sqrt(2.0), 3)
+    assert level1["geomean vs compile (all, failures=1x)"] == round(math.sqrt(1.5), 3)
+    assert level1["mean reward"] == round((3 - 1 - 1) / 3, 3)
+    level2 = _row(board.summary, run="old", level="level2")
+    assert level2["fast_1 vs eager %"] == 0.0 and level2["geomean vs compile (correct)"] == 0.25
+    assert level2["lower precision % of passed"] == 100.0
+    overall = _row(board.summary, run="old", level="all")
+    assert overall["problems"] == 3 and overall["lower precision % of passed"] == 50.0
+
+
+def test_fast_p_thresholds_and_reward_distribution(runs):
+    board = Leaderboard.from_files([runs[0]])
+    eager = _row(board.fast_p, run="old", level="level1", baseline="eager")
+    assert [eager[f"fast_{p} %"] for p in ("0", "0.5", "0.8", "1", "1.5", "2")] == [50, 50, 50, 50, 50, 0]
+    compile_ = _row(board.fast_p, run="old", level="level2", baseline="compile")
+    assert compile_["fast_0 %"] == 100 and compile_["fast_0.5 %"] == 0
+    assert not (board.fast_p["baseline"] == "max-autotune").any()  # never timed: no row
+    rewards = _row(board.rewards, run="old", level="level1")
+    assert (rewards["reward -1"], rewards["reward 1"], rewards["reward 3"]) == (2, 0, 1)
+
+
+def test_best_sample_is_the_fastest_passing_one(tmp_path):
+    path = write_results(tmp_path / "results.jsonl", [
+        fake_result(P1, _cand("a_sample_0.py"), candidate_ms=1.0),
+        fake_result(P1, _cand("a_sample_1.py"), candidate_ms=0.5),
+        fake_result(P1, _cand("a_sample_2.py"), status="runtime_error"),
+    ])
+    best = Leaderboard.from_files([path]).problems
+    row = _row(best, problem="1_A.py")
+    assert (row["samples"], row["passed"], row["candidate ms"], row["vs compile"]) == (3, 2, 0.5, 3.0)
+
+
+def test_two_runs_show_which_problems_changed_and_their_environments(runs):
+    board = Leaderboard.from_files(list(runs))
+    changes = {row["problem"]: row["change"] for row in board.changes.to_dict("records")}
+    assert changes == {"1_A.py": "faster", "2_B.py": "fixed", "1_C.py": "broken"}
+    environment = board.environment.set_index("run")
+    assert environment.loc["old", "gpu_name"] == "Test GPU"
+    assert environment.loc["new", "gpu_name"] == "Other GPU, Test GPU"
+
+
+def test_reports_markdown_csv_and_self_contained_html(runs, tmp_path):
+    paths = write_reports(Leaderboard.from_files(list(runs)), tmp_path / "report")
+    markdown = paths["markdown"].read_text()
+    assert "## Changes between runs" in markdown and "| old | level1 | 2 | 3 |" in markdown
+    csv = pd.read_csv(paths["csv"])
+    assert set(csv["run"]) == {"old", "new"} and "fast_1 vs compile %" in csv.columns
+    html = paths["html"].read_text()
+    assert html.count("data:image/png;base64,") == 3
+    assert "Other GPU" in html and "<script" not in html and "http" not in html.replace("http-equiv", "")
+
+
+def test_leaderboard_command(runs, tmp_path, capsys):
+    assert run_cli(["leaderboard", str(runs[0]), str(runs[1]), "--out", str(tmp_path / "lb")]) == 0
+    assert (tmp_path / "lb" / "report.html").exists() and (tmp_path / "lb" / "leaderboard.csv").exists()
+    assert run_cli(["leaderboard", str(runs[0])]) == 0
+    assert "| old | level1 |" in capsys.readouterr().out
+    assert run_cli(["leaderboard", str(tmp_path / "missing.jsonl")]) == 2
+    assert "no such results file" in capsys.readouterr().err
+
+
+def test_examples_level_and_run_names(tmp_path):
+    from benchmark.kernelbench import EXAMPLES_PROBLEMS
+
+    path = write_results(tmp_path / "run.jsonl", [fake_result(str(EXAMPLES_PROBLEMS / "softmax.py"), "/c/softmax.py")])
+    assert set(Leaderboard.from_files([path]).summary["level"]) == {"examples"}
+    assert run_names([tmp_path / "a" / "results.jsonl", tmp_path / "b" / "a.jsonl"]) == ["a", "a-2"]
+
+
+def test_markdown_table_formats_missing_values():
+    assert markdown_table(pd.DataFrame({"x": [1.5, math.nan], "y": ["a|b", "c"]})).splitlines()[2:] == [
+        "| 1.5 | a\\|b |", "| - | c |"]
