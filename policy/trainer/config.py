@@ -1,0 +1,136 @@
+"""The training run's configuration: a TrainConfig dataclass with one StageConfig per stage, read
+from YAML with every unknown key reported. Each algorithm's own settings dataclass lives next to
+its loop (ppo.py, rft.py, value_pretrain.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .ppo import PPOConfig
+from .rft import RFTConfig
+from .value_pretrain import ValuePretrainConfig
+
+# Stage name -> (the StageConfig field holding its settings, the settings class).
+STAGE_SETTINGS = {
+    "ppo-single-turn": ("ppo", PPOConfig),
+    "ppo-multi-turn": ("ppo", PPOConfig),
+    "rft": ("rft", RFTConfig),
+    "value-pretrain": ("value", ValuePretrainConfig),
+}
+
+
+@dataclass
+class RolloutConfig:
+    # Per assistant turn; the CUDA tasks need thousands, the toy tasks a handful.
+    max_new_tokens: int = 32
+    # Whole episode (prompt, every turn and every tool output); the paper trains at 128k.
+    max_total_tokens: int = 1024
+    # PPO optimises the sampler's own distribution, so sampling is plain temperature sampling.
+    temperature: float = 1.0
+    generation_batch_size: int = 64
+
+
+@dataclass
+class EnvironmentConfig:
+    # target-token | scripted-tools (toy, CPU) | cuda-single-turn | cuda-agent (the real tasks)
+    kind: str = "target-token"
+    # Keyword arguments of the environment's constructor (e.g. problems_dir for the CUDA ones).
+    options: dict = field(default_factory=dict)
+    # inline: score in the trainer's process (toy rewards); pool: one worker per device.
+    scorer: str = "inline"
+    # Devices of the scoring pool; default every visible GPU.
+    scoring_devices: list[str] | None = None
+
+
+@dataclass
+class StageConfig:
+    name: str
+    environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    ppo: PPOConfig | None = None
+    rft: RFTConfig | None = None
+    value: ValuePretrainConfig | None = None
+
+    def __post_init__(self):
+        if self.name not in STAGE_SETTINGS:
+            raise ValueError(f"unknown stage {self.name!r}; stages are {', '.join(STAGE_SETTINGS)}")
+        settings_field, settings_class = STAGE_SETTINGS[self.name]
+        if getattr(self, settings_field) is None:
+            setattr(self, settings_field, settings_class())
+
+    @property
+    def settings(self):
+        return getattr(self, STAGE_SETTINGS[self.name][0])
+
+
+@dataclass
+class TinyModelConfig:
+    hidden_size: int = 64
+    layers: int = 2
+    seed: int = 0
+
+
+@dataclass
+class TrainConfig:
+    output_dir: str = "runs/train"
+    # A local model directory (transformers format), or "tiny" for the offline test model.
+    model: str = "tiny"
+    # The critic's starting weights; default: the actor's model.
+    critic_model: str | None = None
+    tiny_model: TinyModelConfig = field(default_factory=TinyModelConfig)
+    seed: int = 0
+    # no | fp16 | bf16, passed to accelerate (bf16 on H100).
+    mixed_precision: str = "no"
+    # Gradient checkpointing trades compute for memory on long multi-turn contexts.
+    gradient_checkpointing: bool = False
+    save_every: int = 10
+    tensorboard: bool = True
+    progress: bool = True
+    stages: list[StageConfig] = field(default_factory=list)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> TrainConfig:
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"no training config at {path}; see policy/trainer/configs/ for examples")
+        data = yaml.safe_load(path.read_text()) or {}
+        return from_dict(cls, data, str(path))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def from_dict(cls, data: dict, where: str):
+    """Builds dataclass `cls` from `data`, recursing into nested dataclasses and lists of them."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected a mapping for {cls.__name__}, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown} for {cls.__name__}; known keys: {sorted(known)}")
+    values = {}
+    for name, value in data.items():
+        values[name] = _convert(hints[name], value, f"{where}.{name}")
+    return cls(**values)
+
+
+def _convert(hint, value, where):
+    if value is None:
+        return None
+    # `X | None` unions: look at their members; a bare type is its own only candidate.
+    candidates = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    for candidate in candidates:
+        if dataclasses.is_dataclass(candidate):
+            return from_dict(candidate, value, where)
+        if typing.get_origin(candidate) is list:
+            (item_type,) = typing.get_args(candidate)
+            if dataclasses.is_dataclass(item_type):
+                return [from_dict(item_type, item, f"{where}[{i}]") for i, item in enumerate(value)]
+    return value

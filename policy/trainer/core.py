@@ -1,0 +1,165 @@
+"""The PPO arithmetic as plain tensor functions: masked statistics, token log-probs, GAE, the
+clipped policy and value losses, KL estimators and explained variance. Every function takes a
+`mask` of the tokens that count (the model's own tokens) and ignores the rest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (values * mask).sum()
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    # clamp: an all-masked minibatch contributes zero instead of NaN.
+    return (values * mask).sum() / mask.sum().clamp(min=1)
+
+
+def masked_var(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Unbiased variance over the masked entries (Bessel's correction, as TRL and verl)."""
+    count = mask.sum()
+    mean = masked_mean(values, mask)
+    variance = masked_mean((values - mean) ** 2, mask)
+    return variance * count / (count - 1).clamp(min=1)
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """Zero mean, unit variance over the masked entries; masked entries come back as zero."""
+    mean = masked_mean(values, mask)
+    whitened = (values - mean) * torch.rsqrt(masked_var(values, mask) + 1e-8)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened * mask
+
+
+def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log p(token_ids[t] | ...) where logits[t] is the distribution over token_ids[t]; the caller
+    aligns them (logits[:, :-1] with input_ids[:, 1:]). Temperature matches the sampler's."""
+    logits = logits.float() / temperature
+    # gather - logsumexp instead of log_softmax: no second [batch, length, vocab] tensor.
+    chosen = torch.gather(logits, -1, token_ids.unsqueeze(-1)).squeeze(-1)
+    return chosen - torch.logsumexp(logits, dim=-1)
+
+
+def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    logits = logits.float() / temperature
+    log_probs = logits.log_softmax(-1)
+    return -(log_probs.exp() * log_probs).sum(-1)
+
+
+def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "k1") -> torch.Tensor:
+    """Per-token estimates of KL(policy || reference) from samples of the policy (Schulman's k1,
+    k2, k3): k1 is unbiased but can go negative, k3 is unbiased and never negative."""
+    log_ratio = logprobs - ref_logprobs
+    if kind == "k1":
+        return log_ratio
+    if kind == "k2":
+        return 0.5 * log_ratio**2
+    if kind == "k3":
+        return torch.exp(-log_ratio) - 1 + log_ratio
+    raise ValueError(f"unknown KL estimator {kind!r}; use 'k1', 'k2' or 'k3'")
+
+
+def token_rewards(
+    scores: torch.Tensor, kl_per_token: torch.Tensor, mask: torch.Tensor, kl_coef: float
+) -> torch.Tensor:
+    """Per-token rewards: -kl_coef * KL on every model token, plus the episode's score on its last
+    model token (the sparse outcome reward of the paper)."""
+    rewards = -kl_coef * kl_per_token * mask
+    positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
+    last_token = torch.where(mask.bool(), positions, -1).max(dim=1).values
+    has_tokens = last_token >= 0
+    rows = torch.arange(mask.shape[0], device=mask.device)[has_tokens]
+    rewards[rows, last_token[has_tokens]] += scores[has_tokens].to(rewards.dtype)
+    return rewards
+
+
+def gae_advantages(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages, returns) by generalised advantage estimation over the masked tokens only.
+
+    Unmasked tokens (prompt, tool output, padding) are not time steps: the recursion passes over
+    them unchanged, so the last model token of one turn bootstraps from the first model token of
+    the next turn, and the episode ends after its last model token (value 0 beyond)."""
+    batch_size, length = rewards.shape
+    advantages = torch.zeros_like(rewards)
+    next_value = torch.zeros(batch_size, dtype=rewards.dtype, device=rewards.device)
+    next_advantage = torch.zeros_like(next_value)
+    for t in reversed(range(length)):
+        is_step = mask[:, t].to(rewards.dtype)
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        advantage = delta + gamma * lam * next_advantage
+        advantages[:, t] = advantage * is_step
+        next_value = is_step * values[:, t] + (1 - is_step) * next_value
+        next_advantage = is_step * advantage + (1 - is_step) * next_advantage
+    returns = (advantages + values) * mask
+    return advantages, returns
+
+
+@dataclass
+class PolicyLossTerms:
+    loss: torch.Tensor
+    clip_fraction: torch.Tensor
+    approx_kl: torch.Tensor
+
+
+def clipped_policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_range: float,
+    token_count: torch.Tensor | float | None = None,
+) -> PolicyLossTerms:
+    """PPO's clipped surrogate, averaged per token. `token_count` is the normaliser: the masked
+    token count of the whole minibatch when it is split into gradient-accumulation micro-batches,
+    so each token weighs the same whatever micro-batch it lands in."""
+    ratio = torch.exp(logprobs - old_logprobs)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1 - clip_range, 1 + clip_range)
+    per_token = torch.maximum(unclipped, clipped)
+    normaliser = mask.sum().clamp(min=1) if token_count is None else token_count
+    with torch.no_grad():
+        clip_fraction = masked_mean((clipped > unclipped).float(), mask)
+        approx_kl = masked_mean(0.5 * (logprobs - old_logprobs) ** 2, mask)
+    return PolicyLossTerms(masked_sum(per_token, mask) / normaliser, clip_fraction, approx_kl)
+
+
+@dataclass
+class ValueLossTerms:
+    loss: torch.Tensor
+    clip_fraction: torch.Tensor
+
+
+def clipped_value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    clip_range: float | None,
+    token_count: torch.Tensor | float | None = None,
+) -> ValueLossTerms:
+    """0.5 * max((V - R)^2, (clip(V, V_old +- eps) - R)^2) per token; `clip_range=None` gives the
+    plain squared error (value pretraining has no old values to stay near)."""
+    unclipped = (values - returns) ** 2
+    normaliser = mask.sum().clamp(min=1) if token_count is None else token_count
+    if clip_range is None:
+        return ValueLossTerms(0.5 * masked_sum(unclipped, mask) / normaliser, torch.zeros(()))
+    values_clipped = old_values + torch.clamp(values - old_values, -clip_range, clip_range)
+    clipped = (values_clipped - returns) ** 2
+    with torch.no_grad():
+        clip_fraction = masked_mean((clipped > unclipped).float(), mask)
+    return ValueLossTerms(0.5 * masked_sum(torch.maximum(unclipped, clipped), mask) / normaliser, clip_fraction)
+
+
+def explained_variance(predictions: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> float:
+    """1 - Var(target - prediction) / Var(target) over masked tokens: 1 is perfect, 0 is no better
+    than predicting the mean, negative is worse."""
+    target_variance = masked_var(targets, mask)
+    if target_variance.item() == 0:
+        return float("nan")
+    return float(1 - masked_var(targets - predictions, mask) / target_variance)

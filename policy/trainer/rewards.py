@@ -1,0 +1,88 @@
+"""Scoring finished episodes while generation goes on: a process pool with one worker per device
+(one per GPU for the evaluator's timing), or inline scoring for cheap toy rewards."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import Future, ProcessPoolExecutor
+
+from .environments import Environment, Task
+
+# The device this pool worker scores on; set once by the pool initializer, read by every job.
+_WORKER_DEVICE = "cpu"
+
+
+def _pin_worker_to_device(device_queue) -> None:
+    global _WORKER_DEVICE
+    _WORKER_DEVICE = device_queue.get()
+
+
+def _score_in_worker(environment: Environment, task: Task, assistant_turns: list[str]) -> float:
+    return environment.score(task, assistant_turns, _WORKER_DEVICE)
+
+
+class InlineScorer:
+    """Scores at once in this process; for rewards that cost microseconds."""
+
+    def __init__(self, environment: Environment, device: str = "cpu"):
+        self.environment = environment
+        self.device = device
+
+    def submit(self, task: Task, assistant_turns: list[str]) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(self.environment.score(task, assistant_turns, self.device))
+        except Exception as error:  # the future carries it to whoever waits
+            future.set_exception(error)
+        return future
+
+    def close(self) -> None:
+        pass
+
+
+class DevicePoolScorer:
+    """One spawned worker per device; an episode is submitted the moment it ends, so scoring of
+    early episodes overlaps generation of the rest and the trainer's forward passes."""
+
+    def __init__(self, environment: Environment, devices: list[str]):
+        if not devices:
+            raise ValueError("DevicePoolScorer needs at least one device, e.g. ['cuda:0'] or ['cpu']")
+        self.environment = environment
+        context = multiprocessing.get_context("spawn")
+        device_queue = context.Queue()
+        for device in devices:
+            device_queue.put(device)
+        self._pool = ProcessPoolExecutor(
+            max_workers=len(devices),
+            mp_context=context,
+            initializer=_pin_worker_to_device,
+            initargs=(device_queue,),
+        )
+
+    def submit(self, task: Task, assistant_turns: list[str]) -> Future:
+        return self._pool.submit(_score_in_worker, self.environment, task, list(assistant_turns))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def scoring_devices(requested: list[str] | None) -> list[str]:
+    """The devices to score on: as configured, else every visible GPU, else one CPU worker per
+    two cores (the evaluator's own workers need the rest)."""
+    if requested:
+        return list(requested)
+    import torch
+
+    if torch.cuda.is_available():
+        return [f"cuda:{index}" for index in range(torch.cuda.device_count())]
+    return ["cpu"] * max(1, (os.cpu_count() or 2) // 2)
+
+
+def build_scorer(environment: Environment, mode: str, devices: list[str] | None = None):
+    """mode 'inline' (toy rewards) or 'pool' (the evaluator: one worker per device)."""
+    if mode == "inline":
+        return InlineScorer(environment)
+    if mode == "pool":
+        return DevicePoolScorer(environment, scoring_devices(devices))
+    raise ValueError(f"unknown scorer mode {mode!r}; use 'inline' or 'pool'")

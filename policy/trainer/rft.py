@@ -1,0 +1,122 @@
+"""Rejection fine-tuning, next to its config: sample episodes with the current actor, keep the
+ones that earned a positive reward without looping or malformed tool calls, and fine-tune the
+actor on the model-written tokens of those (tool output and prompts carry no loss). Rounds repeat
+this with the improved actor."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+from .core import masked_sum
+from .metrics import reward_summary
+from .ppo import policy_logprobs
+from .rollout import Rollout, micro_batches, pad_rollouts, resolve_scores
+
+
+@dataclass
+class RFTConfig:
+    rounds: int = 1
+    # Episodes sampled per round on each process.
+    tasks_per_round: int = 64
+    # Keep episodes whose reward is at least this (milestone reward 1 = correct).
+    min_reward: float = 1.0
+    # An assistant turn repeated more than this many times marks an unproductive loop.
+    max_repeated_turns: int = 2
+    max_invalid_tool_calls: int = 0
+    # Drop episodes cut off by the token or turn budget.
+    drop_truncated: bool = False
+    epochs: int = 2
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    minibatch_size: int = 8
+    micro_batch_size: int = 4
+    max_grad_norm: float = 1.0
+    pass_threshold: float = 1.0
+
+    def __post_init__(self):
+        if self.minibatch_size % self.micro_batch_size:
+            raise ValueError(f"minibatch_size ({self.minibatch_size}) must be a multiple of micro_batch_size ({self.micro_batch_size})")
+
+    @property
+    def accumulation_steps(self) -> int:
+        return self.minibatch_size // self.micro_batch_size
+
+
+def rejection_reason(rollout: Rollout, config: RFTConfig) -> str | None:
+    """Why an episode is not fit to imitate, or None to keep it."""
+    if rollout.resolve_reward() < config.min_reward:
+        return "low_reward"
+    if rollout.invalid_tool_calls > config.max_invalid_tool_calls:
+        return "invalid_tool_calls"
+    turn_counts = Counter(turn.strip() for turn in rollout.assistant_turns)
+    if turn_counts and max(turn_counts.values()) > config.max_repeated_turns:
+        return "repeated_turns"
+    if config.drop_truncated and rollout.truncated:
+        return "truncated"
+    return None
+
+
+class RFTTrainer:
+    def __init__(self, config: RFTConfig, runtime, actor):
+        self.config = config
+        self.runtime = runtime
+        self.accelerator = runtime.accelerator
+        optimizer = torch.optim.AdamW(actor.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        self.actor, self.optimizer = self.accelerator.prepare(actor, optimizer)
+
+    def fine_tune(self, kept: list[Rollout]) -> float:
+        """Epochs of masked next-token cross-entropy on the kept episodes; the mean loss."""
+        config, accelerator = self.config, self.accelerator
+        batch = pad_rollouts(kept, self.runtime.tokenizer.pad_token_id).to(accelerator.device)
+        losses = []
+        for _epoch in range(config.epochs):
+            for rows, token_count in micro_batches(batch.action_mask, config.minibatch_size, config.micro_batch_size):
+                micro_batch = batch.select(rows)
+                with accelerator.accumulate(self.actor):
+                    # Temperature 1: imitate the tokens themselves, not the sampler's sharpening.
+                    logprobs, _ = policy_logprobs(self.actor, micro_batch, temperature=1.0)
+                    loss = -masked_sum(logprobs, micro_batch.action_mask) / token_count
+                    accelerator.backward(loss)
+                    if accelerator.sync_gradients:
+                        accelerator.clip_grad_norm_(self.actor.parameters(), config.max_grad_norm)
+                    self.optimizer.step()
+                    self.optimizer.zero_grad()
+                losses.append(loss.item())
+        return sum(losses) / max(len(losses), 1)
+
+    def train(self, first_round: int, save) -> dict:
+        from .progress import StageProgress
+
+        runtime, config = self.runtime, self.config
+        summary = {}
+        with StageProgress(runtime.stage_name, config.rounds, first_round, runtime.progress) as progress:
+            for round_index in range(first_round, config.rounds):
+                collect_start = time.perf_counter()
+                rollouts = runtime.collect(runtime.generator_for(self.actor), round_index, config.tasks_per_round)
+                scores = resolve_scores(rollouts)
+                collect_seconds = time.perf_counter() - collect_start
+                reasons = Counter(rejection_reason(r, config) for r in rollouts)
+                kept = [r for r in rollouts if rejection_reason(r, config) is None]
+                # Every process must run the same number of optimizer steps; a process with no
+                # kept episode this round would desynchronise the others, so all skip together.
+                kept_everywhere = runtime.accelerator.gather(torch.tensor([len(kept)], device=runtime.accelerator.device))
+                fine_tune_start = time.perf_counter()
+                sft_loss = self.fine_tune(kept) if int(kept_everywhere.min()) > 0 else float("nan")
+                metrics = reward_summary(runtime.gather_scores(scores), config.pass_threshold)
+                metrics.update(
+                    kept=len(kept),
+                    sft_loss=sft_loss,
+                    collect_seconds=collect_seconds,
+                    fine_tune_seconds=time.perf_counter() - fine_tune_start,
+                    **{f"dropped_{reason}": count for reason, count in reasons.items() if reason},
+                )
+                runtime.logger.log(round_index, metrics, {"reward": scores})
+                progress.advance(metrics)
+                summary = metrics
+                if (round_index + 1) % runtime.save_every == 0 and round_index + 1 < config.rounds:
+                    save(round_index + 1)
+        return summary

@@ -1,0 +1,125 @@
+"""What every stage needs besides its algorithm: the accelerator, the models loaded from the
+previous stage, the environment and its scorer, task sampling, rollout collection and logging."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from transformers import AutoModelForCausalLM
+
+from .episodes import collect_rollouts
+from .generation import InProcessGenerator
+from .metrics import MetricsLogger
+from .rewards import build_scorer
+from .rollout import Rollout
+from .value_model import ValueModel
+
+
+def build_environment(kind: str, options: dict):
+    """The environment named in the config; the CUDA ones are imported only when asked for."""
+    if kind == "target-token":
+        from .environments import TargetTokenEnvironment
+
+        return TargetTokenEnvironment(**_tuples(options))
+    if kind == "scripted-tools":
+        from .environments import ScriptedToolEnvironment
+
+        return ScriptedToolEnvironment(**_tuples(options))
+    if kind == "cuda-single-turn":
+        from .cuda_single_turn import CudaSingleTurnEnvironment
+
+        return CudaSingleTurnEnvironment(**options)
+    if kind == "cuda-agent":
+        from .agent_loop import AgentLoopEnvironment
+
+        return AgentLoopEnvironment(**options)
+    raise ValueError(
+        f"unknown environment kind {kind!r}; use target-token, scripted-tools, cuda-single-turn or cuda-agent"
+    )
+
+
+def _tuples(options: dict) -> dict:
+    # YAML gives lists; the toy environments hold tuples so they stay hashable and picklable.
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+
+
+def load_actor(path: str | Path, gradient_checkpointing: bool = False) -> torch.nn.Module:
+    actor = AutoModelForCausalLM.from_pretrained(path)
+    if gradient_checkpointing:
+        actor.gradient_checkpointing_enable()
+        # Generation under checkpointing must not cache-bust; the cache is off only in training.
+        actor.config.use_cache = False
+    return actor
+
+
+def load_critic(path: str | Path, gradient_checkpointing: bool = False) -> ValueModel:
+    critic = ValueModel.from_pretrained(path)
+    if gradient_checkpointing:
+        critic.backbone.gradient_checkpointing_enable()
+    return critic
+
+
+@dataclass
+class StageRuntime:
+    stage_name: str
+    stage_dir: Path
+    accelerator: Accelerator
+    tokenizer: object
+    environment: object
+    scorer: object
+    logger: MetricsLogger
+    rollout_config: object
+    seed: int
+    save_every: int
+    progress: bool
+
+    @classmethod
+    def create(cls, train_config, stage, stage_dir: Path, tokenizer, gradient_accumulation_steps: int = 1):
+        accelerator = Accelerator(
+            mixed_precision=train_config.mixed_precision,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+        )
+        environment = build_environment(stage.environment.kind, stage.environment.options)
+        scorer = build_scorer(environment, stage.environment.scorer, stage.environment.scoring_devices)
+        logger = MetricsLogger(stage_dir, stage.name, train_config.tensorboard, accelerator.is_main_process)
+        return cls(
+            stage.name, stage_dir, accelerator, tokenizer, environment, scorer, logger, stage.rollout,
+            train_config.seed, train_config.save_every, train_config.progress and accelerator.is_main_process,
+        )
+
+    def sample_tasks(self, step: int, count: int):
+        # Seeded by step and process: a resumed run sees the same tasks, processes see different ones.
+        rng = random.Random(f"{self.seed}-{self.stage_name}-{step}-{self.accelerator.process_index}")
+        return self.environment.sample_tasks(count, rng)
+
+    def generator_for(self, actor) -> InProcessGenerator:
+        return InProcessGenerator(
+            model=self.accelerator.unwrap_model(actor),
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=self.tokenizer.eos_token_id,
+            temperature=self.rollout_config.temperature,
+            batch_size=self.rollout_config.generation_batch_size,
+        )
+
+    def collect(self, generator, step: int, count: int) -> list[Rollout]:
+        return collect_rollouts(
+            generator,
+            self.tokenizer,
+            self.environment,
+            self.sample_tasks(step, count),
+            self.scorer,
+            self.rollout_config.max_new_tokens,
+            self.rollout_config.max_total_tokens,
+        )
+
+    def gather_scores(self, scores: torch.Tensor) -> torch.Tensor:
+        """Every process's episode rewards (the same count on each), for metrics."""
+        return self.accelerator.gather(scores.to(self.accelerator.device)).cpu()
+
+    def close(self) -> None:
+        self.scorer.close()
+        self.logger.close()
