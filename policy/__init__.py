@@ -1,0 +1,1 @@
+"""The agent side of cuda-agent: workspaces, tools, the ReAct loop, rollout engines and training."""

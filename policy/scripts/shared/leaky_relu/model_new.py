@@ -1,0 +1,12 @@
+import torch.nn as nn
+
+import cuda_extension
+
+
+class ModelNew(nn.Module):
+    def __init__(self, negative_slope: float):
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x):
+        return cuda_extension.leaky_relu_forward(x.contiguous(), self.negative_slope)
