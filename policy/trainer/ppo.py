@@ -206,7 +206,7 @@ class PPOTrainer:
         with StageProgress(runtime.stage_name, config.steps, first_step, runtime.progress) as progress:
             for step in range(first_step, config.steps):
                 rollout_start = time.perf_counter()
-                rollouts = runtime.collect(runtime.generator_for(self.actor), step, config.tasks_per_step)
+                rollouts = runtime.collect(self.actor, step, config.tasks_per_step)
                 rollout_seconds = time.perf_counter() - rollout_start
                 update_start = time.perf_counter()
                 metrics, scores = self.step(rollouts)

@@ -14,8 +14,14 @@ _WORKER_DEVICE = "cpu"
 
 
 def _pin_worker_to_device(device_queue) -> None:
+    # Runs first in the spawned worker, before anything initialises CUDA: the worker sees only its
+    # GPU, as "cuda", which is what the evaluator's timing lock and kernels expect.
     global _WORKER_DEVICE
-    _WORKER_DEVICE = device_queue.get()
+    device = device_queue.get()
+    if device.startswith("cuda:"):
+        os.environ["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
+        device = "cuda"
+    _WORKER_DEVICE = device
 
 
 def _score_in_worker(environment: Environment, task: Task, assistant_turns: list[str]) -> float:

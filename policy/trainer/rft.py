@@ -96,7 +96,7 @@ class RFTTrainer:
         with StageProgress(runtime.stage_name, config.rounds, first_round, runtime.progress) as progress:
             for round_index in range(first_round, config.rounds):
                 collect_start = time.perf_counter()
-                rollouts = runtime.collect(runtime.generator_for(self.actor), round_index, config.tasks_per_round)
+                rollouts = runtime.collect(self.actor, round_index, config.tasks_per_round)
                 scores = resolve_scores(rollouts)
                 collect_seconds = time.perf_counter() - collect_start
                 reasons = Counter(rejection_reason(r, config) for r in rollouts)

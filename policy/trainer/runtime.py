@@ -91,10 +91,9 @@ class StageRuntime:
             train_config.seed, train_config.save_every, train_config.progress and accelerator.is_main_process,
         )
 
-    def sample_tasks(self, step: int, count: int):
+    def task_rng(self, step: int) -> random.Random:
         # Seeded by step and process: a resumed run sees the same tasks, processes see different ones.
-        rng = random.Random(f"{self.seed}-{self.stage_name}-{step}-{self.accelerator.process_index}")
-        return self.environment.sample_tasks(count, rng)
+        return random.Random(f"{self.seed}-{self.stage_name}-{step}-{self.accelerator.process_index}")
 
     def generator_for(self, actor) -> InProcessGenerator:
         return InProcessGenerator(
@@ -105,12 +104,19 @@ class StageRuntime:
             batch_size=self.rollout_config.generation_batch_size,
         )
 
-    def collect(self, generator, step: int, count: int) -> list[Rollout]:
+    def collect(self, actor, step: int, count: int) -> list[Rollout]:
+        """`count` episodes with the current actor. An environment that drives its own episodes
+        (the agent loop) runs them; otherwise they run here in lockstep."""
+        rng = self.task_rng(step)
+        if hasattr(self.environment, "run_episodes"):
+            return self.environment.run_episodes(
+                self.accelerator.unwrap_model(actor), self.tokenizer, rng, count, self.rollout_config, step
+            )
         return collect_rollouts(
-            generator,
+            self.generator_for(actor),
             self.tokenizer,
             self.environment,
-            self.sample_tasks(step, count),
+            self.environment.sample_tasks(count, rng),
             self.scorer,
             self.rollout_config.max_new_tokens,
             self.rollout_config.max_total_tokens,
@@ -123,3 +129,5 @@ class StageRuntime:
     def close(self) -> None:
         self.scorer.close()
         self.logger.close()
+        if hasattr(self.environment, "close"):
+            self.environment.close()

@@ -75,7 +75,7 @@ class ValuePretrainer:
         with StageProgress(runtime.stage_name, config.rounds, first_round, runtime.progress) as progress:
             for round_index in range(first_round, config.rounds):
                 collect_start = time.perf_counter()
-                rollouts = runtime.collect(runtime.generator_for(self.actor), round_index, config.tasks_per_round)
+                rollouts = runtime.collect(self.actor, round_index, config.tasks_per_round)
                 batch = pad_rollouts(rollouts, runtime.tokenizer.pad_token_id).to(accelerator.device)
                 mask = batch.action_mask
                 values_before = in_micro_batches(lambda b: critic_values(self.critic, b), batch, config.micro_batch_size)
