@@ -1,0 +1,43 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import CPU_CANDIDATES, TEST_CANDIDATES, TEST_PROBLEMS
+
+SMALL_LEAKY = TEST_PROBLEMS / "small_leaky_relu.py"
+
+
+def cudaagent(*args):
+    return subprocess.run([sys.executable, "-m", "pytest_cudaagent.cli", *args], capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_verify_passing_candidate_exits_0_and_writes_json(tmp_path):
+    output = tmp_path / "result.json"
+    run = cudaagent("verify", str(SMALL_LEAKY), str(CPU_CANDIDATES / "leaky_relu.py"), "--device", "cpu",
+                    "--trials", "2", "--baselines", "eager", "--output", str(output))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "PASSED" in run.stdout and "vs eager" in run.stdout
+    result = json.loads(output.read_text())
+    assert result["status"] == "passed" and result["timing"]["eager"]["samples"] > 0
+    assert result["speedup_vs_compile"] is None and result["speedup_vs_eager"] > 0
+
+
+def test_verify_failing_candidate_exits_1_and_json_flag_prints_json(tmp_path):
+    run = cudaagent("verify", str(SMALL_LEAKY), str(TEST_CANDIDATES / "wrong_shape.py"), "--device", "cpu",
+                    "--no-timing", "--json")
+    assert run.returncode == 1
+    assert json.loads(run.stdout)["status"] == "incorrect"
+
+
+def test_verify_bad_file_exits_2_with_one_line_error():
+    run = cudaagent("verify", str(SMALL_LEAKY), str(TEST_CANDIDATES / "no_model_new.py"), "--device", "cpu")
+    assert run.returncode == 2
+    assert run.stderr.strip().count("\n") == 0 and "no class ModelNew" in run.stderr
+
+
+def test_verify_bad_usage_exits_2():
+    assert cudaagent("verify", str(SMALL_LEAKY)).returncode == 2
+    assert cudaagent("verify", str(SMALL_LEAKY), str(SMALL_LEAKY), "--baselines", "fast").returncode == 2

@@ -1,0 +1,73 @@
+"""The pytest plugin, driven through pytester in a subprocess (as a user runs it)."""
+
+import json
+import shutil
+
+import pytest
+
+from tests.helpers import CPU_CANDIDATES, TEST_CANDIDATES, TEST_PROBLEMS
+
+SMALL_LEAKY = TEST_PROBLEMS / "small_leaky_relu.py"
+FAST = ["--cudaagent-device", "cpu", "--cudaagent-no-timing", "--cudaagent-trials", "2", "-p", "no:cacheprovider"]
+
+
+@pytest.fixture
+def pair_dirs(pytester):
+    problems, candidates = pytester.mkdir("problems"), pytester.mkdir("candidates")
+    shutil.copy(SMALL_LEAKY, problems / "small_leaky_relu.py")
+    shutil.copy(CPU_CANDIDATES / "leaky_relu.py", candidates / "small_leaky_relu.py")
+    shutil.copy(TEST_CANDIDATES / "wrong_shape.py", candidates / "small_leaky_relu_sample_1.py")
+    return problems, candidates
+
+
+@pytest.mark.slow
+def test_single_pair_passes_and_writes_jsonl(pytester):
+    results = pytester.path / "results.jsonl"
+    outcome = pytester.runpytest_subprocess(
+        "--cudaagent-problem", str(SMALL_LEAKY), "--cudaagent-candidate", str(CPU_CANDIDATES / "leaky_relu.py"),
+        "--cudaagent-results", str(results), *FAST)
+    outcome.assert_outcomes(passed=1)
+    outcome.stdout.fnmatch_lines(["*cudaagent results*", "*PASSED*reward=1*"])
+    lines = results.read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["status"] == "passed"
+
+
+@pytest.mark.slow
+def test_directory_mode_pairs_by_name_reports_failures_and_resumes(pytester, pair_dirs):
+    problems, candidates = pair_dirs
+    results = pytester.path / "results.jsonl"
+    args = ["--cudaagent-problems", str(problems), "--cudaagent-candidates", str(candidates),
+            "--cudaagent-results", str(results), *FAST]
+    outcome = pytester.runpytest_subprocess(*args)
+    outcome.assert_outcomes(passed=1, failed=1)
+    outcome.stdout.fnmatch_lines(["*INCORRECT*", "*shape (3,), expected (256, 512)*"])
+    assert len(results.read_text().splitlines()) == 2
+    resumed = pytester.runpytest_subprocess(*args, "--cudaagent-resume")
+    assert resumed.ret == pytest.ExitCode.NO_TESTS_COLLECTED  # both pairs already done
+    assert len(results.read_text().splitlines()) == 2
+
+
+def test_fixture_verifies_from_a_hand_written_test(pytester):
+    pytester.makepyfile(f"""
+        def test_wrong_shape_is_caught(cudaagent):
+            result = cudaagent.verify(r"{SMALL_LEAKY}", r"{TEST_CANDIDATES / 'wrong_shape.py'}")
+            assert result.status == "incorrect"
+            assert result.reward == -1
+    """)
+    pytester.runpytest_subprocess(*FAST).assert_outcomes(passed=1)
+
+
+def test_options_have_ini_twins(pytester):
+    pytester.makeini("[pytest]\ncudaagent_device = cpu\ncudaagent_no_timing = true\ncudaagent_trials = 1\n")
+    pytester.makepyfile(f"""
+        def test_ini(cudaagent):
+            assert cudaagent.config.device == "cpu"
+            assert cudaagent.config.trials == 1 and not cudaagent.config.timing
+    """)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_half_a_pair_of_options_is_a_usage_error(pytester):
+    outcome = pytester.runpytest_subprocess("--cudaagent-problem", str(SMALL_LEAKY))
+    assert outcome.ret == pytest.ExitCode.USAGE_ERROR
+    outcome.stderr.fnmatch_lines(["*--cudaagent-problem and --cudaagent-candidate go together*"])
