@@ -1,0 +1,52 @@
+"""The evaluator on a CUDA GPU: bundled candidates, device time, poisoning, the xdist lock."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pytest_cudaagent import EvalConfig, evaluate
+from tests.helpers import CUDA_CANDIDATES, PROBLEMS, QUICK_TIMING, REPO, TEST_PROBLEMS
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in PROBLEMS.glob("*.py")))
+def test_bundled_cuda_candidate_passes_and_is_timed(name):
+    result = evaluate(PROBLEMS / f"{name}.py", CUDA_CANDIDATES / f"{name}.py", EvalConfig(device="cuda"))
+    assert result.status == "passed", result.summary() + result.log
+    candidate = result.timing["candidate"]
+    assert candidate.median_ms > 0 and candidate.device_ms is not None and candidate.device_ms > 0
+    assert {"eager", "compile"} <= set(result.timing)
+    assert result.speedup_vs_eager and result.speedup_vs_compile
+    assert result.kernels, "the profiler saw no kernel"
+    assert result.env["gpu_name"] and result.reward >= 1
+    assert not result.precision, result.precision  # full fp32 everywhere
+
+
+def test_uninitialised_output_reads_poison_not_an_old_answer(tmp_path):
+    lazy = tmp_path / "lazy.py"
+    lazy.write_text(
+        "import torch\nimport torch.nn as nn\nclass ModelNew(nn.Module):\n"
+        "    def __init__(self, *args):\n        super().__init__()\n"
+        "    def forward(self, x):\n        return torch.empty_like(x)\n")
+    result = evaluate(TEST_PROBLEMS / "small_leaky_relu.py", lazy, EvalConfig(device="cuda", timing=False))
+    assert result.status == "incorrect"
+    assert result.trials[0].mismatches == result.trials[0].numel
+
+
+def test_two_xdist_workers_on_one_gpu_never_time_at_once(tmp_path):
+    lock_log = tmp_path / "lock.log"
+    env = {**os.environ, "CUDAAGENT_LOCK_LOG": str(lock_log)}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "xdist", "-n", "2", "-p", "no:cacheprovider",
+         "--cudaagent-problems", str(PROBLEMS), "--cudaagent-candidates", str(CUDA_CANDIDATES),
+         "--cudaagent-device", "cuda", "--cudaagent-baselines", "eager", str(tmp_path)],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=1200)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    holds = sorted((int(a), int(r), pid) for _, pid, a, r in (l.split() for l in lock_log.read_text().splitlines()))
+    assert len({pid for *_, pid in holds}) >= 2, "expected timings from several processes"
+    for (_, released, _), (acquired, _, _) in zip(holds, holds[1:]):
+        assert acquired >= released
