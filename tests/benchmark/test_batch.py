@@ -1,0 +1,94 @@
+"""The batch runner and `cudaagent bench`: worker counts, the pytest command, following the
+results file, and a real run under pytest-xdist that is then resumed."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmark.batch import BatchSettings, _end_with_newline, default_workers, pytest_command
+from benchmark.progress import ResultsTail
+from pytest_cudaagent.results_file import read_results
+
+from .bench_helpers import fake_result, make_kernelbench_tree, run_cli, write_candidate
+
+
+def test_default_workers_leave_builds_room_beside_each_gpu_timing():
+    assert default_workers("cuda", gpus=1, cpus=16) == 8
+    assert default_workers("cuda", gpus=8, cpus=16) == 16  # at least two per GPU
+    assert default_workers("cpu", gpus=0, cpus=2) == 1
+    assert default_workers("cpu", gpus=0, cpus=32) == 2
+
+
+def test_pytest_command_carries_the_settings(tmp_path, monkeypatch):
+    settings = BatchSettings(device="cpu", trials=3, baselines=("eager", "max-autotune"), timing=False,
+                             policy="permissive", tolerance="strict")
+    command = pytest_command(tmp_path / "pairs.json", tmp_path / "r.jsonl", tmp_path, settings, "cpu", 4)
+    text = " ".join(command)
+    for part in ("-n 4", "--cudaagent-trials 3", "--cudaagent-baselines eager,max-autotune",
+                 "--cudaagent-policy permissive", "--cudaagent-tolerance strict", "--cudaagent-no-timing",
+                 "-p benchmark.pairs_plugin", f"--bench-pairs {tmp_path / 'pairs.json'}"):
+        assert part in text
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    disabled = " ".join(pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, settings, "cpu", 1))
+    assert "-p pytest_cudaagent.plugin" in disabled and "-p xdist.plugin" in disabled
+
+
+def test_results_tail_waits_for_complete_lines_and_half_lines_are_closed(tmp_path):
+    path = tmp_path / "results.jsonl"
+    line = fake_result("/p/a.py", "/c/a.py").to_json()
+    path.write_text(line + "\n" + line[:40])
+    tail = ResultsTail(path, 0)
+    assert len(tail.poll()) == 1 and tail.poll() == []
+    _end_with_newline(path)  # what a resumed run does before appending
+    with open(path, "a") as handle:
+        handle.write(line + "\n")
+    assert len(tail.poll()) == 1  # the cut line is skipped, the new one is read
+    assert len(read_results(path)) == 2
+
+
+def test_bench_usage_errors(tmp_path, capsys):
+    make_kernelbench_tree(tmp_path / "kb")
+    assert run_cli(["bench", "--kernelbench", str(tmp_path / "kb"), "--out", str(tmp_path / "o")]) == 2
+    assert "--candidates DIR is needed" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert run_cli(["bench", "--kernelbench", str(tmp_path / "kb"), "--candidates", str(tmp_path / "empty"),
+                    "--out", str(tmp_path / "o")]) == 2
+    assert "level_<L>_problem_<N>_sample_<K>_kernel.py" in capsys.readouterr().err
+    assert run_cli(["bench", "--kernelbench", str(tmp_path / "kb"), "--level", "7",
+                    "--candidates", str(tmp_path / "empty")]) == 2
+    assert "no problems left after selection" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bench_runs_under_xdist_writes_reports_and_resumes_without_redoing_work(tmp_path, capsys):
+    make_kernelbench_tree(tmp_path / "kb")
+    candidates = tmp_path / "runs"
+    write_candidate(candidates / "level_1_problem_1_sample_0_kernel.py", "x.clamp_min(0)")
+    write_candidate(candidates / "level_2" / "level_2_problem_1_sample_0_kernel.py", "x.clamp_min(0) + 1.0")
+    out = tmp_path / "out"
+    arguments = ["bench", "--kernelbench", str(tmp_path / "kb"), "--candidates", str(candidates),
+                 "--device", "cpu", "--out", str(out), "--workers", "2", "--policy", "permissive",
+                 "--baselines", "eager", "--trials", "2"]
+    assert run_cli(arguments) == 0
+    first = read_results(out / "results.jsonl")
+    verdicts = {Path(r.candidate).name: r.status for r in first}
+    assert verdicts == {"level_1_problem_1_sample_0_kernel.py": "passed", "level_2_problem_1_sample_0_kernel.py": "passed"}
+    assert all("eager" in r.timing for r in first if r.passed)
+    markdown = (out / "leaderboard.md").read_text()
+    assert "| out | level1 | 1 | 1 |" in markdown and "| out | level2 | 1 | 1 |" in markdown
+    assert (out / "report.html").stat().st_size > 10_000 and (out / "leaderboard.csv").exists()
+    assert "with 2 worker(s)" in capsys.readouterr().out
+
+    assert run_cli(arguments) == 2  # results exist: resume or overwrite, never mix silently
+    assert "--resume" in capsys.readouterr().err
+
+    write_candidate(candidates / "level_1_problem_1_sample_1.py", "x.abs()")  # a wrong sample
+    assert run_cli(arguments + ["--resume"]) == 0
+    assert "skipped 2 of 3 pair(s) already done" in capsys.readouterr().out
+    second = read_results(out / "results.jsonl")
+    assert [r.to_dict() for r in second[:2]] == [r.to_dict() for r in first]
+    assert [(Path(r.candidate).name, r.status) for r in second[2:]] == [("level_1_problem_1_sample_1.py", "incorrect")]
+    manifest = json.loads((out / ".bench-run" / "pairs.json").read_text())
+    assert [Path(row["candidate"]).name for row in manifest] == ["level_1_problem_1_sample_1.py"]
+    assert "| out | level1 | 1 | 2 | 100 | 50 |" in (out / "leaderboard.md").read_text()  # pass@1 now 50%
