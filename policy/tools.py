@@ -181,6 +181,8 @@ class Toolbox:
         root = self.workspace.root
         allowed = (*_SYSTEM_PATHS, sys.prefix, sys.base_prefix)
         for word in words:
+            if any(space in word for space in " \t\n"):
+                continue  # a quoted string (echo text, code), not a path
             for piece in re.split(r"[=:]", word.lstrip("<>&|;(")):
                 if piece.startswith("~"):
                     return f"{piece}: the home directory is outside the workspace"
