@@ -3,7 +3,7 @@
 - a TorchDispatchMode sees every operator, Python's and the extension's own `torch::`/`at::`
   calls alike, and records those the policy forbids (`fallback_op`) or that move data to the
   host (`host_compute`);
-- a TorchFunctionMode names the Python-level call an operator came from, for readable reasons;
+- each finding names the line of the candidate's code that made the call;
 - on the CPU backend a profile hook sees NumPy computing inside `forward` (`host_compute`);
 - threads still running after `forward` returns are `background_thread`.
 Findings are recorded, not raised, so the candidate runs to the end and the parent decides.
@@ -16,7 +16,6 @@ import threading
 from collections.abc import Callable
 
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .result import Violation
@@ -48,46 +47,39 @@ def _op_names(func) -> tuple[str, str]:
     return namespace, func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else func.name()
 
 
-class _FunctionNames(TorchFunctionMode):
-    """Keeps the innermost Python-level torch call, to name where an operator came from."""
-
-    def __init__(self, stack: list[str]):
-        super().__init__()
-        self.stack = stack
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.stack.append(getattr(func, "__qualname__", None) or getattr(func, "__name__", str(func)))
-        try:
-            return func(*args, **(kwargs or {}))
-        finally:
-            self.stack.pop()
+def _candidate_call_site() -> str:
+    """The innermost frame outside torch and the harness: where the candidate made the call.
+    Looked up only when a finding is recorded, so the common path costs nothing."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if not module.startswith(_INTERNAL_MODULES):
+            return f" (at {frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} in {frame.f_code.co_name})"
+        frame = frame.f_back
+    return ""
 
 
 class _OperatorAudit(TorchDispatchMode):
-    def __init__(self, policy: Policy, findings: Findings, device: str, python_calls: list[str]):
+    def __init__(self, policy: Policy, findings: Findings, device: str):
         super().__init__()
         self.policy = policy
         self.findings = findings
         self.device = device
-        self.python_calls = python_calls
-        self.torch_ops = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         namespace, name = _op_names(func)
-        via = f" (from {self.python_calls[-1]})" if self.python_calls else ""
         if namespace in ("aten", "prims"):
-            self.torch_ops += 1
             if name in ("_to_copy", "copy_", "to") and self._moves_to_host(func, args, kwargs):
-                self.findings.add("host_compute", f"{namespace}::{name} copies device data to the host{via}")
+                self.findings.add("host_compute", f"{namespace}::{name} copies device data to the host{_candidate_call_site()}")
             elif not self.policy.allows_op(namespace, name):
                 rule = "host_compute" if name in ("_local_scalar_dense", "item") else "fallback_op"
-                self.findings.add(rule, f"{namespace}::{name}{via}")
+                self.findings.add(rule, f"{namespace}::{name}{_candidate_call_site()}")
             self._note_precision(name, args, kwargs)
             return func(*args, **kwargs)
         # An operator of the candidate's own (torch.library / TORCH_LIBRARY): audit what runs
         # inside it too; the mode is popped while we are here, so push a fresh one.
-        with _OperatorAudit(self.policy, self.findings, self.device, self.python_calls):
+        with _OperatorAudit(self.policy, self.findings, self.device):
             return func(*args, **kwargs)
 
     def _moves_to_host(self, func, args, kwargs) -> bool:
@@ -136,35 +128,36 @@ class _HostLibraryWatch:
 
 
 class ForwardGuard:
-    """Wraps each forward call: `guard(lambda: model(*inputs))`."""
+    """Wraps each forward call: `guard(lambda: model(*inputs))`. Operator dispatch is audited on
+    every call; `watch_host` adds the NumPy profile hook (CPU backend), which costs a Python-level
+    hook per call and so is kept to the correctness and profiled calls."""
 
-    def __init__(self, policy: Policy, device: str):
+    def __init__(self, policy: Policy, device: str, watch_host: bool | None = None,
+                 findings: Findings | None = None):
         self.policy = policy
         self.device = device
-        self.findings = Findings()
-        self.torch_ops_seen = 0
+        self.watch_host = device == "cpu" if watch_host is None else watch_host
+        self.findings = findings or Findings()
         # Captured now, before the candidate is imported, so patching them changes nothing.
         self._enumerate_threads = threading.enumerate
         self._setprofile = sys.setprofile
         self._getprofile = sys.getprofile
 
+    def light(self) -> ForwardGuard:
+        """The same audit without the host-library hook, for the many timed calls."""
+        return ForwardGuard(self.policy, self.device, watch_host=False, findings=self.findings)
+
     def __call__(self, call: Callable[[], object]) -> object:
         threads_before = set(self._enumerate_threads())
-        python_calls: list[str] = []
-        audit = _OperatorAudit(self.policy, self.findings, self.device, python_calls)
-        previous_profile = self._getprofile()
-        watch_host = self.device == "cpu"
-        try:
-            with _FunctionNames(python_calls), audit:
-                if watch_host:
-                    self._setprofile(_HostLibraryWatch(self.findings))
-                try:
-                    output = call()
-                finally:
-                    if watch_host:
-                        self._setprofile(previous_profile)
-        finally:
-            self.torch_ops_seen += audit.torch_ops
+        previous_profile = self._getprofile() if self.watch_host else None
+        with _OperatorAudit(self.policy, self.findings, self.device):
+            if self.watch_host:
+                self._setprofile(_HostLibraryWatch(self.findings))
+            try:
+                output = call()
+            finally:
+                if self.watch_host:
+                    self._setprofile(previous_profile)
         for thread in set(self._enumerate_threads()) - threads_before:
             if thread.is_alive():
                 self.findings.add("background_thread", f"thread {thread.name!r} still running after forward")

@@ -3,66 +3,51 @@
 from __future__ import annotations
 
 import re
-import subprocess
-from pathlib import Path
 
+from .files import Candidate
 from .rules import ALLOWED_TORCH_KERNELS, LIBRARY_KERNELS, Policy
 
 _LOWER_PRECISION = re.compile(r"tf32|bf16|f16|fp16|half|hmma|h884|h1688|s1688|s16816", re.IGNORECASE)
 
 
-def _extension_libraries(modules: dict, extensions_dir: Path) -> list[Path]:
-    """Shared objects of the candidate's compiled extensions (built under `extensions_dir`)."""
-    libraries = []
-    for module in list(modules.values()):
-        path = Path(getattr(module, "__file__", None) or "")
-        if path.suffix == ".so" and path.resolve().is_relative_to(extensions_dir.resolve()):
-            libraries.append(path)
-    return libraries
+_GLOBAL_FUNCTION = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)")
+_LIBRARY_NAMESPACES = ("at::", "c10::", "cub::", "thrust::", "cutlass::", "cublas", "cudnn")
 
 
-def own_kernel_names(modules: dict, extensions_dir: Path) -> list[str]:
-    """Symbol names of the candidate's compiled extensions and its Triton kernels' names."""
-    names: set[str] = set()
-    for library in _extension_libraries(modules, extensions_dir):
-        try:
-            listing = subprocess.run(["nm", "-C", str(library)], capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        for line in listing.stdout.splitlines():
-            symbol = line.split(" ", 2)[-1]
-            if "__device_stub__" in symbol or "__global__" in symbol or "kernel" in symbol.lower():
-                names.add(_base_name(symbol.replace("__device_stub__", "")))
-    candidate = modules.get("cudaagent_candidate")
-    for value in vars(candidate).values() if candidate else ():
+def source_kernel_names(texts: list[str]) -> set[str]:
+    """Names of the `__global__` functions defined in the candidate's CUDA sources."""
+    return {match.group(1) for text in texts for match in _GLOBAL_FUNCTION.finditer(text)}
+
+
+def own_kernel_names(candidate: Candidate, modules: dict) -> list[str]:
+    """Kernels the candidate defines: `__global__` functions in its sources (the model file's
+    strings and its kernel files) and the Triton kernels its module holds."""
+    texts = [path.read_text(errors="replace") for path in candidate.source_files()]
+    names = source_kernel_names(texts)
+    module = modules.get("cudaagent_candidate")
+    for value in vars(module).values() if module else ():
         if type(value).__name__ in ("JITFunction", "Autotuner", "Heuristics"):
-            function = getattr(value, "fn", value)
+            function = value
             while hasattr(function, "fn"):
                 function = function.fn
             names.add(getattr(function, "__name__", ""))
     return sorted(name for name in names if name)
 
 
-def _base_name(symbol: str) -> str:
-    """`void ns::relu_kernel<float>(float*, int)` -> `relu_kernel`."""
-    head = symbol.split("(")[0]
-    head = re.sub(r"<.*>", "", head)
+def kernel_base_name(kernel: str) -> str:
+    """`void relu_kernel<float>(float*, int)` -> `relu_kernel`; keeps `ns::` prefixes out."""
+    head = re.sub(r"<.*>", "", kernel.split("(")[0]).strip()
     head = head.split()[-1] if head.split() else head
-    head = head.split("::")[-1]
-    # nm shows the stub of `relu_kernel` as `_Z11relu_kernelPfi`-style remnants when unmangled
-    match = re.match(r"_Z\d+(\w+)", head)
-    if match:
-        length = re.match(r"_Z(\d+)", head).group(1)
-        head = match.group(1)[: int(length)] if length.isdigit() else head
-    return head
+    return head.split("::")[-1]
 
 
 def foreign_kernels(kernel_names: list[str], own_names: list[str], policy: Policy) -> list[str]:
     """Kernels that are neither the candidate's, nor allowed library or allocation kernels."""
     foreign = []
     for kernel in kernel_names:
-        base = _base_name(kernel)
-        if any(own and (own == base or own in kernel) for own in own_names):
+        # A name inside a library namespace is never the candidate's, whatever it is called.
+        library_namespace = any(prefix in kernel.split("(")[0] for prefix in _LIBRARY_NAMESPACES)
+        if not library_namespace and kernel_base_name(kernel) in own_names:
             continue
         if ALLOWED_TORCH_KERNELS.search(kernel):
             continue

@@ -102,9 +102,11 @@ class Timer:
         fn: Callable[..., object],
         content_sets: Sequence[Sequence[object]],
         guard: Callable[[Callable[[], object]], object] | None = None,
+        profile_guard: Callable[[Callable[[], object]], object] | None = None,
     ) -> Measurement:
         """`content_sets` are input sets already on the device. Each call gets one of a few
-        buffers, refilled with another content set every round (outside the timed region)."""
+        buffers, refilled with another content set every round (outside the timed region).
+        `guard` wraps every timed call, `profile_guard` (default: `guard`) the profiled ones."""
         sets = len(content_sets)
         buffers = [
             [value.clone() if isinstance(value, torch.Tensor) else value for value in content]
@@ -141,7 +143,8 @@ class Timer:
             final_outputs[content_index] = output
         measurement = Measurement(samples, final_outputs)
         if self.clock.device == "cuda" and self.config.device_time:
-            measurement.device_ms, measurement.kernel_names = self.device_time(fn, buffers, run)
+            profiled_run = profile_guard or run
+            measurement.device_ms, measurement.kernel_names = self.device_time(fn, buffers, profiled_run)
         return measurement
 
     def device_time(self, fn, buffers, run) -> tuple[float, list[str]]:

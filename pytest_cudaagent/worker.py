@@ -194,16 +194,15 @@ def candidate_main(conn, spec: dict) -> None:
             **report,
             "inputs_after": _to_cpu(device_inputs),
             "findings": guard.findings.drain(),
-            "torch_ops": guard.torch_ops_seen,
         }
 
     def time_candidate(content_sets: list) -> dict:
         model = state["model"]
         device_sets = [_to_device(content, device) for content in content_sets]
         with torch.no_grad(), device_lock(device):
-            measurement = timer.measure(model, device_sets, guard=guard)
+            measurement = timer.measure(model, device_sets, guard=guard.light(), profile_guard=guard)
         checked = [inspect_outputs(output, [], device) for output in measurement.final_outputs]
-        own_names = own_kernel_names(sys.modules, Path(spec["extensions_dir"]))
+        own_names = own_kernel_names(candidate, sys.modules)
         return {
             "samples_ms": measurement.samples_ms,
             "device_ms": measurement.device_ms,
