@@ -87,7 +87,7 @@ def pytest_command(manifest: Path, results_path: Path, run_dir: Path, settings: 
     loaded = {entry.value for entry in importlib.metadata.entry_points(group="pytest11")}
     autoload = not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
     command = [sys.executable, "-m", "pytest", str(run_dir), "-c", str(run_dir / "pytest.ini"),
-               "--rootdir", str(run_dir), "-p", "no:cacheprovider", "-q", "-rN"]
+               "--rootdir", str(run_dir), "-p", "no:cacheprovider", "-p", "no:benchmark", "-q", "-rN"]
     for plugin in ("pytest_cudaagent.plugin", "xdist.plugin"):
         if not (autoload and plugin in loaded):
             command += ["-p", plugin]

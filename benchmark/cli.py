@@ -17,7 +17,15 @@ from pytest_cudaagent.config import EvalConfig
 from pytest_cudaagent.files import BadFileError
 
 from .baselines import MODES, compare, geomean_ratio, time_baselines, to_json_record
-from .batch import PYTEST_RAN, BatchError, BatchSettings, gpu_count, log_tail, resolve_device, run_batch
+from .batch import (
+    PYTEST_RAN,
+    BatchError,
+    BatchSettings,
+    gpu_count,
+    log_tail,
+    resolve_device,
+    run_batch,
+)
 from .kernelbench import EXAMPLES_PROBLEMS, Problem, load_flat, load_kernelbench, select
 from .leaderboard import Leaderboard, to_markdown, write_reports
 from .solutions import pair_solutions

@@ -50,7 +50,7 @@ def results_frame(paths: list[str | Path]) -> pd.DataFrame:
     """One row per Result; a pair evaluated twice in one file counts once (the last)."""
     paths = [Path(p) for p in paths]
     rows = []
-    for run_index, (run, path) in enumerate(zip(run_names(paths), paths)):
+    for run_index, (run, path) in enumerate(zip(run_names(paths), paths, strict=True)):
         if not path.exists():
             raise FileNotFoundError(f"{path}: no such results file (a JSONL written by `cudaagent bench`)")
         for result in read_results(path):

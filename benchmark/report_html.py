@@ -33,7 +33,7 @@ def fast_p_curves(best: pd.DataFrame) -> str:
     levels = sorted(best["level"].unique())
     figure, axes = plt.subplots(1, len(levels), figsize=(5 * len(levels), 3.6), squeeze=False)
     p_values = np.linspace(0.0, FAST_P_MAX, 81)
-    for axis, level in zip(axes[0], levels):
+    for axis, level in zip(axes[0], levels, strict=True):
         problems = best[best["level"] == level]
         for run, run_problems in problems.groupby("run", sort=False):
             for mode, style in (("eager", "--"), ("compile", "-"), ("max-autotune", ":")):
@@ -50,7 +50,7 @@ def fast_p_curves(best: pd.DataFrame) -> str:
 def speedup_histograms(frame: pd.DataFrame) -> str:
     modes = [mode for mode in ("eager", "compile") if not frame[f"speedup_{mode}"].isna().all()]
     figure, axes = plt.subplots(1, max(len(modes), 1), figsize=(5 * max(len(modes), 1), 3.6), squeeze=False)
-    for axis, mode in zip(axes[0], modes):
+    for axis, mode in zip(axes[0], modes, strict=False):  # one empty axis when no mode
         speedups = frame[f"speedup_{mode}"].dropna()
         speedups = speedups[speedups > 0]
         bins = np.logspace(math.log10(speedups.min() / 1.1), math.log10(speedups.max() * 1.1), 25)

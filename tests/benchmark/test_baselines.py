@@ -4,8 +4,14 @@ import json
 
 import pytest
 
-from benchmark.baselines import (BaselineStats, ProblemBaselines, compare, geomean_ratio, mode_of_file,
-                                 to_json_record)
+from benchmark.baselines import (
+    BaselineStats,
+    ProblemBaselines,
+    compare,
+    geomean_ratio,
+    mode_of_file,
+    to_json_record,
+)
 from benchmark.kernelbench import Problem
 from pytest_cudaagent.baseline_cache import BaselineCache
 from pytest_cudaagent.config import EvalConfig

@@ -5,8 +5,16 @@ import json
 import pandas as pd
 import pytest
 
-from benchmark.kernelbench import (EXAMPLES_PROBLEMS, is_dataset, level_of, load_dataset, load_flat,
-                                   load_kernelbench, load_tree, select)
+from benchmark.kernelbench import (
+    EXAMPLES_PROBLEMS,
+    is_dataset,
+    level_of,
+    load_dataset,
+    load_flat,
+    load_kernelbench,
+    load_tree,
+    select,
+)
 
 from .bench_helpers import PROBLEM, TREE, make_kernelbench_tree
 
