@@ -73,7 +73,7 @@ def run_solve(args: argparse.Namespace) -> int:
         engine = build_engine(args.engine, args.model, sampling, device=device, base_url=args.base_url,
                               api_key_env=args.api_key_env, tokenizer_path=args.tokenizer, max_batch=args.batch)
     except (BadFileError, EngineError) as error:
-        console.print(f"[red]error:[/red] {error}")
+        console.print(f"[red]error:[/red] {error}", soft_wrap=True)
         return 2
     eval_config = EvalConfig(device=device, baselines=tuple(b.strip() for b in args.baselines.split(",") if b.strip()))
     config = SolveConfig(
@@ -85,7 +85,7 @@ def run_solve(args: argparse.Namespace) -> int:
     try:
         outcomes = solve(problems, engine, config, console=console)
     except BadFileError as error:
-        console.print(f"[red]error:[/red] {error}")
+        console.print(f"[red]error:[/red] {error}", soft_wrap=True)
         return 2
     finally:
         engine.close()
