@@ -38,7 +38,7 @@ class RolloutConfig:
 
 @dataclass
 class EnvironmentConfig:
-    # target-token | scripted-tools (toy, CPU) | cuda-single-turn | cuda-agent (the real tasks)
+    # target-token | scripted-tools | prompt-outcome (toy, CPU) | cuda-single-turn | cuda-agent
     kind: str = "target-token"
     # Keyword arguments of the environment's constructor (e.g. problems_dir for the CUDA ones).
     options: dict = field(default_factory=dict)

@@ -102,3 +102,26 @@ class ScriptedToolEnvironment:
 
     def score(self, task: Task, assistant_turns: list[str], device: str) -> float:
         return float(self._succeeded(assistant_turns))
+
+
+@dataclass
+class PromptOutcomeEnvironment:
+    """Single turn whose reward the prompt alone decides ("open" rooms pay 1, "locked" rooms 0),
+    whatever the answer: for value pretraining, a critic that reads the prompt can explain all
+    of the return's variance, and an untrained one explains none."""
+
+    max_turns: int = 1
+
+    def sample_tasks(self, count: int, rng: random.Random) -> list[Task]:
+        tasks = []
+        for index in range(count):
+            state = rng.choice(("open", "locked"))
+            messages = [{"role": "user", "content": f"The room is {state}. Describe it."}]
+            tasks.append(Task(f"room-{index}", messages, {"state": state}))
+        return tasks
+
+    def reply(self, task: Task, assistant_turns: list[str]) -> ToolReply | None:
+        return None
+
+    def score(self, task: Task, assistant_turns: list[str], device: str) -> float:
+        return float(task.payload["state"] == "open")

@@ -29,6 +29,10 @@ def build_environment(kind: str, options: dict):
         from .environments import ScriptedToolEnvironment
 
         return ScriptedToolEnvironment(**_tuples(options))
+    if kind == "prompt-outcome":
+        from .environments import PromptOutcomeEnvironment
+
+        return PromptOutcomeEnvironment(**options)
     if kind == "cuda-single-turn":
         from .cuda_single_turn import CudaSingleTurnEnvironment
 
@@ -38,7 +42,7 @@ def build_environment(kind: str, options: dict):
 
         return AgentLoopEnvironment(**options)
     raise ValueError(
-        f"unknown environment kind {kind!r}; use target-token, scripted-tools, cuda-single-turn or cuda-agent"
+        f"unknown environment kind {kind!r}; use target-token, scripted-tools, prompt-outcome, cuda-single-turn or cuda-agent"
     )
 
 
