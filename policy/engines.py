@@ -112,7 +112,7 @@ class _BatchingEngine(Engine):
                 for _, future in batch:
                     future.set_exception(error)
                 continue
-            for (_, future), generation in zip(batch, generations):
+            for (_, future), generation in zip(batch, generations, strict=True):
                 future.set_result(generation)
 
     def _generate_batch(self, requests: list[GenerationRequest]) -> list[Generation]:
@@ -217,10 +217,10 @@ class VLLMEngine(_BatchingEngine):
         params = [self._sampling_params(max_tokens=r.max_new_tokens, **options) for r in requests]
         outputs = self.llm.generate([{"prompt_token_ids": r.prompt_ids} for r in requests], params, use_tqdm=False)
         results = []
-        for request, output in zip(requests, outputs):
+        for request, output in zip(requests, outputs, strict=True):
             completion = output.outputs[0]
             ids = list(completion.token_ids)
-            logprobs = [step[token].logprob for step, token in zip(completion.logprobs, ids)] \
+            logprobs = [step[token].logprob for step, token in zip(completion.logprobs, ids, strict=True)] \
                 if completion.logprobs else None
             results.append(Generation(
                 text=completion.text if not self.tokenizer else self.tokenizer.decode(ids, skip_special_tokens=False),

@@ -88,12 +88,12 @@ def test_token_record_is_exactly_the_rendered_conversation(tmp_path, tiny):
     assert decode(sequence.token_ids) == chat.render(messages, add_generation_prompt=False)
     assert engine.prompts[-1] == sequence.token_ids[: len(engine.prompts[-1])]
     # Only the replies (and their end-of-turn tokens) are the model's, each with its logprob.
-    model_ids = [t for t, m in zip(sequence.token_ids, sequence.model_mask) if m]
+    model_ids = [t for t, m in zip(sequence.token_ids, sequence.model_mask, strict=True) if m]
     expected = []
     for reply in [*replies, format_tool_call("finish", {})]:
         expected += tokenizer.encode(reply, add_special_tokens=False) + [tokenizer.eos_token_id]
     assert model_ids == expected
-    assert all((lp == -0.5) == bool(m) for lp, m in zip(sequence.logprobs, sequence.model_mask) if lp is not None)
+    assert all((lp == -0.5) == bool(m) for lp, m in zip(sequence.logprobs, sequence.model_mask, strict=True) if lp is not None)
     assert [lp is None for lp in sequence.logprobs] == [not m for m in sequence.model_mask]
     # No model_new.py was written: the final evaluation fails without running anything.
     assert outcome.result.reward == -1 and "model_new.py" in outcome.result.error
@@ -181,7 +181,7 @@ def test_tiny_model_episodes_in_parallel_write_every_record(tmp_path, tiny):
         [sequence] = training.sequences
         assert len(sequence.token_ids) == len(sequence.model_mask) == len(sequence.logprobs)
         assert 0 < sum(sequence.model_mask) <= 3 * 40
-        assert all(lp is not None and lp <= 0 for lp, m in zip(sequence.logprobs, sequence.model_mask) if m)
+        assert all(lp is not None and lp <= 0 for lp, m in zip(sequence.logprobs, sequence.model_mask, strict=True) if m)
         assert training.reward == -1.0 and training.turns == 3
         events = read_events(out / "trajectories" / f"leaky_relu_sample_{outcome.sample}.jsonl")
         assert sum(e["event"] == "message" and e["role"] == "assistant" for e in events) == 3

@@ -9,8 +9,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from policy.engines import (EngineError, GenerationRequest, OpenAIEngine, SamplingConfig, ScriptedEngine,
-                            TransformersEngine, VLLMEngine, build_engine)
+from policy.engines import (
+    EngineError,
+    GenerationRequest,
+    OpenAIEngine,
+    SamplingConfig,
+    ScriptedEngine,
+    TransformersEngine,
+    VLLMEngine,
+    build_engine,
+)
 from policy.tiny_model import build_tiny_model_and_tokenizer
 from policy.toolcalls import parse_tool_calls
 
@@ -182,7 +190,8 @@ def test_vllm_engine_passes_sampling_through(monkeypatch):
 
         def generate(self, prompts, params, use_tqdm):
             recorded["prompts"], recorded["params"] = prompts, [p.options for p in params]
-            step = lambda token, value: {token: types.SimpleNamespace(logprob=value), 99: types.SimpleNamespace(logprob=-9)}
+            def step(token, value):
+                return {token: types.SimpleNamespace(logprob=value), 99: types.SimpleNamespace(logprob=-9)}
             completion = types.SimpleNamespace(token_ids=(5, 6), text="ignored", finish_reason="length",
                                                logprobs=[step(5, -0.1), step(6, -0.2)])
             return [types.SimpleNamespace(outputs=[completion]) for _ in prompts]
