@@ -229,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.sequential:
         run_sequential(Path(args.sequential[0]), Path(args.sequential[1]), device)
         return 0
-    console = Console()
+    # Wide enough for the per-candidate table when the output goes to a file.
+    console = Console(width=None if sys.stdout.isatty() else 200)
     with tempfile.TemporaryDirectory(prefix="cudaagent-throughput-") as temporary:
         work = Path(args.work or temporary)
         variants = write_candidates(work / "candidates", device, args.count)
