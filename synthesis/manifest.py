@@ -1,0 +1,68 @@
+"""The run's manifest: one record per candidate task, appended as JSON lines while the run goes
+(so a stopped run resumes where it was) and written as parquet at the end."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+MANIFEST_LINES = "manifest.jsonl"
+MANIFEST_PARQUET = "manifest.parquet"
+
+
+@dataclass
+class TaskRecord:
+    id: str
+    origin: str
+    source_hash: str
+    operators: list[str]
+    families: list[str]
+    input_shapes: list[list[int]]
+    dtype: str
+    kept: bool
+    reasons: list[str]
+    details: dict[str, str] = field(default_factory=dict)
+    checks: dict[str, str] = field(default_factory=dict)
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    batch_size: int | None = None
+    output_shapes: list[list[int]] = field(default_factory=list)
+    filter_seconds: dict[str, float] = field(default_factory=dict)
+    path: str | None = None  # the kept task's file, relative to the run directory
+
+
+class Manifest:
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self.lines_path = self.run_dir / MANIFEST_LINES
+        self.records: dict[str, TaskRecord] = {}
+        if self.lines_path.is_file():
+            for line in self.lines_path.read_text().splitlines():
+                if line.strip():
+                    record = TaskRecord(**json.loads(line))
+                    self.records[record.id] = record
+
+    def append(self, record: TaskRecord) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.lines_path, "a") as handle:
+            handle.write(json.dumps(dataclasses.asdict(record)) + "\n")
+        self.records[record.id] = record
+
+    def frame(self) -> pd.DataFrame:
+        rows = []
+        for record in self.records.values():
+            row = dataclasses.asdict(record)
+            # Nested values as JSON text: one flat, typed table that any parquet reader loads.
+            for key in ("input_shapes", "output_shapes", "details", "checks", "filter_seconds"):
+                row[key] = json.dumps(row[key])
+            rows.append(row)
+        return pd.DataFrame(rows, columns=[f.name for f in dataclasses.fields(TaskRecord)])
+
+    def write_parquet(self) -> Path:
+        path = self.run_dir / MANIFEST_PARQUET
+        self.frame().to_parquet(path, index=False)
+        return path
