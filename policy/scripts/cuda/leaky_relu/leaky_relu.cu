@@ -4,16 +4,14 @@
 // misaligned tensors.
 #include <cstdint>
 #include <cuda_runtime.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/types.h>
 
-namespace {
+static constexpr int kThreads = 256;
 
-constexpr int kThreads = 256;
+static __device__ __forceinline__ float leaky(float value, float slope) { return value > 0.f ? value : value * slope; }
 
-__device__ __forceinline__ float leaky(float value, float slope) { return value > 0.f ? value : value * slope; }
-
-__device__ __forceinline__ float4 leaky4(float4 v, float slope) {
+static __device__ __forceinline__ float4 leaky4(float4 v, float slope) {
   return make_float4(leaky(v.x, slope), leaky(v.y, slope), leaky(v.z, slope), leaky(v.w, slope));
 }
 
@@ -37,12 +35,10 @@ __global__ void leaky_relu_scalar_kernel(const float* __restrict__ in, float* __
     out[i] = leaky(in[i], slope);
 }
 
-int grid_for(int64_t work_items, int device_blocks) {
+static int grid_for(int64_t work_items, int device_blocks) {
   const int64_t needed = (work_items + kThreads - 1) / kThreads;
   return static_cast<int>(needed < device_blocks ? needed : device_blocks);
 }
-
-}  // namespace
 
 torch::Tensor leaky_relu_forward(torch::Tensor input, double negative_slope) {
   TORCH_CHECK(input.is_cuda() && input.is_contiguous() && input.scalar_type() == torch::kFloat,
@@ -58,7 +54,7 @@ torch::Tensor leaky_relu_forward(torch::Tensor input, double negative_slope) {
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
   const int device_blocks = multiprocessors * 8;  // enough resident warps to hide memory latency
-  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
 
   const bool aligned = reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
   const int64_t vectors = aligned ? count / 4 : 0;

@@ -4,15 +4,13 @@
 #include <cstdint>
 #include <vector>
 #include <cuda_runtime.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/types.h>
 
-namespace {
+static constexpr int kThreads = 256;
+static constexpr int kWarps = kThreads / 32;
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-
-__device__ __forceinline__ float warp_sum(float value) {
+static __device__ __forceinline__ float warp_sum(float value) {
   for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
   return value;
 }
@@ -46,8 +44,6 @@ __global__ void scale_tanh_mean_kernel(const float* __restrict__ in, const float
   }
 }
 
-}  // namespace
-
 torch::Tensor scale_tanh_mean_forward(torch::Tensor input, torch::Tensor scale, torch::Tensor shift) {
   TORCH_CHECK(input.is_cuda() && input.is_contiguous() && input.scalar_type() == torch::kFloat && input.dim() >= 1,
               "scale_tanh_mean_forward expects a contiguous fp32 CUDA tensor");
@@ -61,7 +57,7 @@ torch::Tensor scale_tanh_mean_forward(torch::Tensor input, torch::Tensor scale, 
   const auto aligned = [](const float* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; };
   const bool vectorised = columns % 4 == 0 && aligned(input.data_ptr<float>()) && aligned(scale.data_ptr<float>()) &&
                           aligned(shift.data_ptr<float>());
-  scale_tanh_mean_kernel<<<static_cast<unsigned>(rows), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+  scale_tanh_mean_kernel<<<static_cast<unsigned>(rows), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
       input.data_ptr<float>(), scale.data_ptr<float>(), shift.data_ptr<float>(), output.data_ptr<float>(), columns,
       vectorised);
   TORCH_CHECK(cudaGetLastError() == cudaSuccess, "scale_tanh_mean kernel launch failed");
