@@ -1,4 +1,4 @@
-"""`cudaagent solve` (and, from the trainer, `cudaagent train`): one function per subcommand,
+"""`cudaagent solve` and `cudaagent train` (policy/trainer/cli.py): one function per subcommand,
 registered on the main CLI's subparsers by `register`. Also runs alone: `python -m policy.cli`."""
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ from pytest_cudaagent.files import BadFileError
 
 
 def register(subparsers) -> None:
+    from .trainer.cli import register_train
+
     add_solve_parser(subparsers)
+    register_train(subparsers)
 
 
 def add_solve_parser(subparsers) -> None:
