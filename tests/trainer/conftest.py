@@ -4,6 +4,7 @@ environment, built without a YAML config."""
 from __future__ import annotations
 
 import pytest
+import torch
 from accelerate import Accelerator
 
 from policy.tiny_model import build_tiny_model_and_tokenizer
@@ -13,12 +14,28 @@ from policy.trainer.rewards import InlineScorer
 from policy.trainer.runtime import StageRuntime
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """The tiny model's ops are too small to split across threads; on the shared 2-core CI
+    machine two threads per op made a PPO step ten times slower than one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tiny_pair():
     return build_tiny_model_and_tokenizer(hidden_size=64, layers=2, seed=0)
 
 
-def make_runtime(tmp_path, tokenizer, environment, accumulation_steps=1, max_new_tokens=6, stage="test"):
+@pytest.fixture
+def make_runtime():
+    """StageRuntime(tmp_path, tokenizer, environment, accumulation_steps=1, max_new_tokens=6)."""
+    return _make_runtime
+
+
+def _make_runtime(tmp_path, tokenizer, environment, accumulation_steps=1, max_new_tokens=6, stage="test"):
     accelerator = Accelerator(gradient_accumulation_steps=accumulation_steps)
     return StageRuntime(
         stage_name=stage,
