@@ -112,7 +112,7 @@ def solve(problems: list[Path], engine: Engine, config: SolveConfig, pool: Evalu
 def outcome_table(outcomes: list[EpisodeOutcome]) -> Table:
     table = Table(title="episodes")
     for column in ("episode", "stop", "turns", "status", "reward", "vs eager", "vs compile"):
-        table.add_column(column)
+        table.add_column(column, no_wrap=True)
     for outcome in outcomes:
         result = outcome.result
         table.add_row(episode_name(outcome.problem, outcome.sample), outcome.stop_reason, str(outcome.turns),

@@ -70,3 +70,21 @@ def test_problem_directories_list_only_problem_files(tmp_path):
     assert find_problems(tmp_path) == [tmp_path / "relu.py"]
     assert [p.name for p in find_problems(ROOT / "examples" / "problems")] == sorted(
         p.name for p in (ROOT / "examples" / "problems").glob("*.py"))
+
+
+def test_evaluation_pool_pins_one_worker_pool_per_gpu_and_fails_unbuildable_workspaces(tmp_path, monkeypatch):
+    import os
+
+    from policy.evaluation_pool import EvaluationPool, visible_gpus
+    from pytest_cudaagent import EvalConfig
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 5")
+    assert visible_gpus() == ["2", "5"]
+    with EvaluationPool("cuda") as pool:
+        seen = [executor.submit(os.getenv, "CUDA_VISIBLE_DEVICES").result() for executor in pool._executors]
+    assert seen == ["2", "5"]
+    empty = tmp_path / "ws"
+    empty.mkdir()
+    with EvaluationPool("cpu") as pool:
+        result = pool.evaluate(PROBLEM, empty, EvalConfig(device="cpu"))
+    assert (result.status, result.reward) == ("build_error", -1.0) and "model_new.py" in result.error
