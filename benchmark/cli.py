@@ -32,6 +32,9 @@ from .solutions import pair_solutions
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXAMPLES_CANDIDATES = EXAMPLES_PROBLEMS.parent / "candidates"
+# The leaderboard columns that fit a terminal; the files have them all.
+TERMINAL_COLUMNS = ("run", "level", "problems", "candidates", "correct (fast_0) %", "fast_1 vs eager %",
+                    "fast_1 vs compile %", "geomean vs compile (correct)", "mean reward")
 
 
 class UsageError(Exception):
@@ -209,7 +212,8 @@ def _write_leaderboard(results: list[Path], out_dir: Path, console: Console) -> 
     except (FileNotFoundError, ValueError) as error:
         raise UsageError(str(error)) from None
     paths = write_reports(board, out_dir)
-    print_frame(board.summary, "leaderboard", console)
+    print_frame(board.summary[[column for column in TERMINAL_COLUMNS if column in board.summary]],
+                "leaderboard (all columns in leaderboard.md)", console)
     console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False)
     return EXIT_OK
 

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pytest_cudaagent.result import Result
@@ -62,8 +63,10 @@ def follow(process: subprocess.Popen, tail: ResultsTail, total: int, console: Co
                 finished.append(result)
                 counts[result.status] += 1
                 colour = STATUS_COLOURS.get(result.status, "white")
-                bar.console.print(f"[{colour}]{result.status:<13}[/] {Path(result.problem).name} <- "
-                                  f"{Path(result.candidate).name}  {_speed(result)}", highlight=False)
+                detail = _speed(result) if result.passed else (result.error or "").split("\n")[0][:100]
+                # File names and error text are printed as they are, never read as rich markup.
+                bar.console.print(f"[{colour}]{result.status:<13}[/] " + escape(
+                    f"{Path(result.problem).name} <- {Path(result.candidate).name}  {detail}"), highlight=False)
                 bar.update(task, completed=len(finished), description=status_counts(counts))
             if not running:
                 return finished
