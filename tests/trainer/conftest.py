@@ -35,8 +35,9 @@ def make_runtime():
     return _make_runtime
 
 
-def _make_runtime(tmp_path, tokenizer, environment, accumulation_steps=1, max_new_tokens=6, stage="test"):
-    accelerator = Accelerator(gradient_accumulation_steps=accumulation_steps)
+def _make_runtime(tmp_path, tokenizer, environment, accumulation_steps=1, max_new_tokens=6, stage="test",
+                  mixed_precision="no"):
+    accelerator = Accelerator(gradient_accumulation_steps=accumulation_steps, mixed_precision=mixed_precision)
     return StageRuntime(
         stage_name=stage,
         stage_dir=tmp_path,

@@ -7,7 +7,7 @@ import pytest
 from accelerate.utils import set_seed
 
 from policy.tiny_model import build_tiny_model_and_tokenizer
-from policy.trainer.environments import PromptOutcomeEnvironment, TargetTokenEnvironment
+from policy.trainer.environments import PromptOutcomeEnvironment, ScriptedToolEnvironment, TargetTokenEnvironment
 from policy.trainer.metrics import read_metrics
 from policy.trainer.ppo import PPOConfig, PPOTrainer
 from policy.trainer.rft import RFTConfig, RFTTrainer
@@ -63,3 +63,16 @@ def test_value_pretraining_raises_held_out_explained_variance(tmp_path, make_run
     assert held_out[0] < 0.2, held_out
     assert held_out[-1] > 0.8, held_out
     assert all((model.state_dict()[k] == v).all() for k, v in actor_weights.items())  # actor frozen
+
+
+def test_multi_turn_ppo_learns_through_masked_tool_output(tmp_path, make_runtime):
+    set_seed(0)
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    config = PPOConfig(steps=24, tasks_per_step=32, minibatch_size=16, micro_batch_size=8, ppo_epochs=2,
+                       actor_lr=3e-3, critic_lr=1e-3, kl_coef=0.01)
+    runtime = make_runtime(tmp_path, tokenizer, ScriptedToolEnvironment(max_turns=3), config.accumulation_steps)
+    PPOTrainer(config, runtime, model, ValueModel.from_causal_lm(model), copy.deepcopy(model)).train(0, save=None)
+    rewards = _curve(tmp_path, "reward_mean")
+    print("multi-turn PPO reward curve:", rewards)
+    assert sum(rewards[:2]) / 2 < 0.4, rewards
+    assert sum(rewards[-3:]) / 3 > 0.8, rewards
