@@ -80,10 +80,10 @@ class Composer:
     def _step(self, shape: tuple[int, ...], dtype: str, rng: random.Random,
               flops_left: float) -> tuple[BoundOp, float] | None:
         rank = len(shape)
-        fitting = [(op, w) for op, w in zip(self.operators, self.weights) if rank in op.ranks and dtype in op.dtypes]
+        fitting = [(op, w) for op, w in zip(self.operators, self.weights, strict=True) if rank in op.ranks and dtype in op.dtypes]
         if not fitting:
             return None
-        ops, weights = zip(*fitting)
+        ops, weights = zip(*fitting, strict=True)
         for _ in range(self.config.attempts_per_step):
             op = rng.choices(ops, weights)[0]
             try:

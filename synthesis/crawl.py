@@ -61,6 +61,7 @@ NAMED_RECIPES = {
     "lambd": {"value": 0.5},
     "k": {"value": 2},
     "repeats": {"value": 2},
+    "n_rep": {"value": 2},
     "dims": {"value": [-1]},
     "exponent": {"value": 2.0},
 }
@@ -157,15 +158,19 @@ def _special() -> Iterator[Found]:
             yield Found(f"torch.special.{name}", "torch.special", "function", f"torch.special.{name}", obj)
 
 
-def transformers_modeling_modules(limit: int | None = None) -> list[str]:
+def transformers_modeling_modules(models: int | list[str] | None = None) -> list[str]:
+    """Modeling modules of the installed transformers: all, the first N, or the named models."""
     import transformers.models
 
     names = sorted(info.name for info in pkgutil.iter_modules(transformers.models.__path__))
-    modules = [f"transformers.models.{name}.modeling_{name}" for name in names]
-    return modules if limit is None else modules[:limit]
+    if isinstance(models, (list, tuple)):
+        names = [name for name in names if name in models]
+    elif models is not None:
+        names = names[:models]
+    return [f"transformers.models.{name}.modeling_{name}" for name in names]
 
 
-def _transformers(model_limit: int | None) -> Iterator[Found]:
+def _transformers(model_limit: int | list[str] | None) -> Iterator[Found]:
     import transformers.activations as activations
 
     module_names = ["transformers.activations", *transformers_modeling_modules(model_limit)]
@@ -186,7 +191,7 @@ def _transformers(model_limit: int | None) -> Iterator[Found]:
                 yield Found(f"hf.{name}", "transformers", "function", f"{module_name}.{name}", obj)
 
 
-def enumerate_operators(sources=SOURCES, transformers_models: int | None = None) -> Iterator[Found]:
+def enumerate_operators(sources=SOURCES, transformers_models: int | list[str] | None = None) -> Iterator[Found]:
     producers = {
         "torch.nn": _torch_nn,
         "torch.nn.functional": _functional,
@@ -239,6 +244,13 @@ def _config_recipe(cls: type) -> dict | None:
         fields["hidden_size"] = {"from_dim": -1}
     if hasattr(defaults, "intermediate_size"):
         fields["intermediate_size"] = {"choice": SIZE_CHOICES}
+    # Configs validate that the hidden size splits into the attention heads.
+    if hasattr(defaults, "num_attention_heads"):
+        fields["num_attention_heads"] = {"divisor_of_dim": -1, "choice": [2, 4]}
+    if hasattr(defaults, "num_key_value_heads"):
+        fields["num_key_value_heads"] = {"value": 1}
+    if hasattr(defaults, "head_dim"):
+        fields["head_dim"] = {"value": None}
     return {"config": f"{config_cls.__module__}.{name}", "fields": fields}
 
 
@@ -373,8 +385,7 @@ def run_trial(spec: OperatorSpec, rank: int, dtype=torch.float32) -> tuple[Opera
     if not bool(torch.isfinite(out).all()):
         raise TrialFailure("NaN or Inf on standard normal inputs")
     with torch.no_grad():
-        other = module(_trial_input(shape, 1, dtype))
-    other = other[spec.output_index] if spec.output_index is not None else other
+        other = module(_trial_input(shape, 1, dtype))  # AppliedOp already took output_index
     if tuple(other.shape) != tuple(out.shape):
         raise TrialFailure("data-dependent output shape")
     try:
@@ -443,8 +454,6 @@ def _finish(found: Found, passed: list) -> tuple[OperatorSpec | None, CrawlRecor
         first = module(x)
         torch.manual_seed(2)
         second = module(x)
-    if spec.output_index is not None:
-        first, second = first[spec.output_index], second[spec.output_index]
     if not torch.equal(first, second):
         return None, CrawlRecord(found.name, found.source, False, "stochastic", "two runs differ")
     if out.shape == x.shape and torch.equal(out, x):
@@ -495,7 +504,7 @@ def _source_hash(obj) -> str | None:
 
 def crawl(
     sources=SOURCES,
-    transformers_models: int | None = None,
+    transformers_models: int | list[str] | None = None,
     name_filter: str | None = None,
     progress=None,
 ) -> Catalogue:

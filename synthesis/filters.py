@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from pytest_cudaagent.compare import as_output_list, compare_outputs
-from pytest_cudaagent.config import DEFAULT_TOLERANCES, Tolerance, TimingConfig
+from pytest_cudaagent.config import DEFAULT_TOLERANCES, TimingConfig, Tolerance
 from pytest_cudaagent.files import import_file
 from pytest_cudaagent.locks import device_lock
 from pytest_cudaagent.timer import Clock, Timer

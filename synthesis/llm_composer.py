@@ -91,5 +91,5 @@ class LLMComposer:
         texts = self.generate([self.messages(ops) for ops in chosen], **self.sampling)
         return [
             Task(self.task_id(i), extract_code(text), self.origin, ops)
-            for i, ops, text in zip(indices, chosen, texts)
+            for i, ops, text in zip(indices, chosen, texts, strict=True)
         ]

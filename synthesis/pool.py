@@ -54,7 +54,8 @@ class FilterPool:
             detail = f"{error}; log: {worker.log_tail(600)}"
             return FilterOutcome(source=task.source).fail("crashed", detail), False
         except WorkerFailure as error:
-            return FilterOutcome(source=task.source).fail("crashed", str(error)), True
+            # Task code that raised SystemExit answered, then ended the worker's serve loop.
+            return FilterOutcome(source=task.source).fail("crashed", str(error)), False
 
     def run(self, tasks: Iterator[Task], on_result: Callable[[Task, FilterOutcome], None]) -> None:
         """Check every task from `tasks` (pulled lazily, so composition overlaps filtering);

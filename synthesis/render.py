@@ -85,7 +85,7 @@ def render_task(chain: list[BoundOp], input_shape: tuple[int, ...], dtype: str =
     body = "\n".join(f"        {line}" for line in ["super().__init__()", *init_lines])
     forward = "\n".join(f"        {line}" for line in [*forward_lines, "return x"])
     imports = "\n".join(["import torch", "import torch.nn as nn", "import torch.nn.functional as F", *names.lines])
-    constants = "\n".join(f"{name} = {size}" for name, size in zip(dims, input_shape))
+    constants = "\n".join(f"{name} = {size}" for name, size in zip(dims, input_shape, strict=True))
     return f'''"""{title or 'Synthesized task'}: {describe(chain)}."""
 
 {imports}

@@ -5,7 +5,6 @@ and the stochastic operators that no task may use."""
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass
 
 # Spellings of one operation. GEMM and convolution carry the weight of a task, so every way of

@@ -1,0 +1,116 @@
+"""End to end on the CPU: compose, filter in a worker, write tasks, manifest, summary; resume;
+the CLI handlers and their exit codes; the LLM composer through a fake engine."""
+
+import argparse
+import json
+from dataclasses import dataclass
+
+import pandas as pd
+import pytest
+
+from synthesis.cli import main, register
+from synthesis.llm_composer import EngineAdapter, LLMComposer, extract_code
+from synthesis.pipeline import SynthConfig, run_synthesis
+from synthesis.pool import PoolConfig
+
+from .test_filters import HONEST, task
+
+
+def config_for(tmp_path, small_catalogue, tiny_sizes, cpu_filters, count, resume=False):
+    small_catalogue.save(tmp_path / "catalogue.json")
+    return SynthConfig(count=count, out_dir=tmp_path / "run", seed=3,
+                       catalogue=tmp_path / "catalogue.json", resume=resume,
+                       filters=cpu_filters, pool=PoolConfig(workers=1, task_timeout_s=120),
+                       composer=tiny_sizes)
+
+
+def test_run_writes_tasks_manifest_and_summary_and_resumes(tmp_path, small_catalogue, tiny_sizes, cpu_filters):
+    frame = run_synthesis(config_for(tmp_path, small_catalogue, tiny_sizes, cpu_filters, 5))
+    run = tmp_path / "run"
+    manifest = pd.read_parquet(run / "manifest.parquet")
+    assert len(manifest) == 5 and list(manifest["id"]) == sorted(manifest["id"])
+    assert {"id", "source_hash", "operators", "input_shapes", "eager_ms", "compile_ms", "reasons",
+            "checks", "kept"} <= set(manifest.columns)
+    kept = manifest[manifest["kept"]]
+    assert len(kept) >= 1
+    for row in kept.itertuples():
+        assert (run / row.path).is_file() and row.eager_ms > 0
+    summary = (run / "summary.md").read_text()
+    assert "Outcomes" in summary and "Operators in kept tasks" in summary and "Time per filter" in summary
+    assert (run / "summary.png").stat().st_size > 0
+
+    with pytest.raises(FileExistsError, match="--resume"):
+        run_synthesis(config_for(tmp_path, small_catalogue, tiny_sizes, cpu_filters, 7))
+    frame = run_synthesis(config_for(tmp_path, small_catalogue, tiny_sizes, cpu_filters, 7, resume=True))
+    assert len(frame) == 7
+    lines = (run / "manifest.jsonl").read_text().splitlines()
+    assert len(lines) == 7  # the first five were not filtered again
+
+
+def test_check_command_exit_codes(tmp_path):
+    good, bad = tmp_path / "good.py", tmp_path / "bad.py"
+    good.write_text(HONEST)
+    bad.write_text(task("return x - x"))
+    window = ["--device", "cpu", "--min-ms", "0.0001", "--max-ms", "100000", "--no-compile"]
+    assert main(["synth", "check", str(good), "--output", str(tmp_path / "good.json"), *window]) == 0
+    verdict = json.loads((tmp_path / "good.json").read_text())
+    assert verdict["kept"] and verdict["reasons"] == []
+    assert main(["synth", "check", str(bad), "--output", str(tmp_path / "bad.json"), *window]) == 1
+    assert json.loads((tmp_path / "bad.json").read_text())["reasons"] == ["constant_output"]
+    stochastic = tmp_path / "random.py"
+    stochastic.write_text(task("return torch.nn.functional.dropout(x, 0.5)"))
+    assert main(["synth", "check", str(stochastic), *window]) == 1  # refused before any run
+
+
+def test_register_adds_synth_with_three_commands():
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    for argv in (["synth", "crawl"], ["synth", "run", "--count", "1", "--out", "x"], ["synth", "check", "p.py"]):
+        assert callable(parser.parse_args(argv).func)
+
+
+@dataclass
+class FakeCompletion:
+    text: str
+    token_ids: list
+
+
+@dataclass
+class FakeSampling:
+    temperature: float
+    max_tokens: int
+
+
+class FakeEngine:
+    """Answers every conversation with a fixed task: the first honest, the second random."""
+
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, prompts, sampling):
+        self.calls.append((prompts, sampling))
+        answers = [f"Here it is:\n```python\n{HONEST}```", f"```python\n{task('return x + torch.rand_like(x)')}```"]
+        return [FakeCompletion(answers[len(self.calls) % 2 == 0], []) for _ in prompts]
+
+
+def test_llm_composer_through_an_engine_and_the_same_filters(tmp_path, small_catalogue, tiny_sizes, cpu_filters):
+    engine = FakeEngine()
+    composer = LLMComposer(small_catalogue, EngineAdapter(engine, FakeSampling), seed=1)
+    proposed = composer.propose(0)
+    assert proposed.task_id == "llm_1_000000" and proposed.origin == "llm"
+    assert "class Model" in proposed.source and "```" not in proposed.source
+    prompts, sampling = engine.calls[0]
+    assert prompts[0][0]["role"] == "system" and "Fuse these operators" in prompts[0][1]["content"]
+    assert isinstance(sampling, FakeSampling)
+    assert composer.seed_operators(4) == composer.seed_operators(4)
+
+    config = config_for(tmp_path, small_catalogue, tiny_sizes, cpu_filters, 2)
+    frame = run_synthesis(config, LLMComposer(small_catalogue, EngineAdapter(FakeEngine(), FakeSampling)))
+    by_id = frame.set_index("id")
+    assert by_id.loc["llm_0_000000", "reasons"] == ["stochastic_operator"] or by_id.loc["llm_0_000001", "reasons"] == ["stochastic_operator"]
+    assert by_id["kept"].sum() == 1
+
+
+def test_extract_code_takes_the_fenced_block():
+    assert extract_code("text\n```python\nx = 1\n```\nmore") == "x = 1\n"
+    assert extract_code("x = 2") == "x = 2\n"
