@@ -72,7 +72,6 @@ def run_ours(args) -> dict:
     import random
     from types import SimpleNamespace
 
-    import torch
     from accelerate import Accelerator
 
     from policy.trainer.config import RolloutConfig
@@ -103,7 +102,7 @@ def run_ours(args) -> dict:
         generated = time.perf_counter()
         rollouts = [Rollout("bench", p + c.token_ids, [0] * len(p) + [1] * len(c.token_ids),
                             [0.0] * len(p) + c.logprobs, reward=rng.choice((-1.0, 1.0, 2.0, 3.0)))
-                    for p, c in zip(prompts, completions)]
+                    for p, c in zip(prompts, completions, strict=True)]
         trainer.step(rollouts)
         _synchronize()
         iteration_seconds.append(time.perf_counter() - start)
@@ -161,7 +160,7 @@ def run_trl(args) -> dict:
         start = time.perf_counter()
         trainer.train()
     bounds = [start] + step_ends
-    iteration_seconds = [b - a for a, b in zip(bounds, bounds[1:])]
+    iteration_seconds = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
     tokens = [args.batch * (args.prompt + args.response)] * len(iteration_seconds)
     return _summary("trl", args, iteration_seconds, None, tokens)
 

@@ -71,7 +71,7 @@ def collect_rollouts(
         completions: list[Completion] = generator.generate(
             [states[index].token_ids for index in active], max_new_tokens
         )
-        for index, completion in zip(active, completions):
+        for index, completion in zip(active, completions, strict=True):
             state = states[index]
             text = tokenizer.decode(completion.token_ids, skip_special_tokens=True)
             state.append(completion.token_ids, generated=True, logprobs=completion.logprobs)

@@ -43,7 +43,7 @@ def test_multi_turn_record_is_the_rendered_conversation_with_model_tokens_marked
     assert [r.assistant_turns for r in rollouts] == [["look left", "found 7"], ["search the room", "", "nothing"]]
     assert [r.resolve_reward() for r in rollouts] == [1.0, 0.0]
     assert [r.invalid_tool_calls for r in rollouts] == [0, 1]
-    for task, rollout in zip(tasks, rollouts):
+    for task, rollout in zip(tasks, rollouts, strict=True):
         messages = list(task.messages)
         for turn, text in enumerate(rollout.assistant_turns, start=1):
             messages.append({"role": "assistant", "content": text})
@@ -53,9 +53,9 @@ def test_multi_turn_record_is_the_rendered_conversation_with_model_tokens_marked
         rendered = tokenizer.apply_chat_template(messages, tokenize=False)
         # The record ends at the model's last end-of-turn; the template adds a newline after it.
         assert tokenizer.decode(rollout.token_ids) == rendered.removesuffix("\n")
-        model_tokens = [t for t, m in zip(rollout.token_ids, rollout.action_mask) if m]
+        model_tokens = [t for t, m in zip(rollout.token_ids, rollout.action_mask, strict=True) if m]
         assert tokenizer.decode(model_tokens) == "".join(text + "<|im_end|>" for text in rollout.assistant_turns)
-        other_tokens = [t for t, m in zip(rollout.token_ids, rollout.action_mask) if not m]
+        other_tokens = [t for t, m in zip(rollout.token_ids, rollout.action_mask, strict=True) if not m]
         assert "room 1 is empty" in tokenizer.decode(other_tokens)
         assert rollout.sampler_logprobs == [-0.5 if m else 0.0 for m in rollout.action_mask]
 

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from accelerate.utils import set_seed
 
 from policy.tiny_model import build_tiny_model_and_tokenizer

@@ -7,7 +7,11 @@ import pytest
 from accelerate.utils import set_seed
 
 from policy.tiny_model import build_tiny_model_and_tokenizer
-from policy.trainer.environments import PromptOutcomeEnvironment, ScriptedToolEnvironment, TargetTokenEnvironment
+from policy.trainer.environments import (
+    PromptOutcomeEnvironment,
+    ScriptedToolEnvironment,
+    TargetTokenEnvironment,
+)
 from policy.trainer.metrics import read_metrics
 from policy.trainer.ppo import PPOConfig, PPOTrainer
 from policy.trainer.rft import RFTConfig, RFTTrainer
