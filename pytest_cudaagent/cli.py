@@ -102,6 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="cudaagent", description="Check, time, benchmark and train agents that write CUDA kernels")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_verify(subparsers)
+    # Imported here, not at the top: `cudaagent verify` should not pay for pandas or transformers.
+    from benchmark.cli import register as register_benchmark
+    from policy.cli import register as register_policy
+    from synthesis.cli import register as register_synthesis
+
+    register_benchmark(subparsers)
+    register_synthesis(subparsers)
+    register_policy(subparsers)
     return parser
 
 

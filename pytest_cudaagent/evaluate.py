@@ -143,6 +143,8 @@ class Evaluation:
         # Builds are cached per candidate source hash: the same candidate never builds twice,
         # and two candidates that reuse an extension name never overwrite each other's build.
         env = {"TORCH_EXTENSIONS_DIR": str(self.extensions_dir)}
+        if self.device == "cpu":
+            env["TRITON_INTERPRET"] = "1"  # Triton kernels run under Triton's interpreter on the CPU
         return Worker(candidate_main, spec, self.config.memory_cap_gb, env=env)
 
     # -- correctness ----------------------------------------------------------------------------
@@ -150,8 +152,13 @@ class Evaluation:
     def _check_trials(self, worker: Worker, trial_sets: list[dict]) -> None:
         tolerances = self.config.tolerances()
         for index, trial_set in enumerate(trial_sets):
-            reply = worker.request(("forward", trial_set["inputs"]), self.config.run_timeout_s)
+            # A private copy: tensors cross the pipe in shared memory, so what the candidate writes
+            # into its inputs would otherwise also change the pristine copy kept here.
+            candidate_inputs = [t.clone() if isinstance(t, torch.Tensor) else t for t in trial_set["inputs"]]
+            reply = worker.request(("forward", candidate_inputs, _nbytes(trial_set["outputs"])),
+                                   self.config.run_timeout_s)
             self._add_violations(reply["violations"] + reply["findings"])
+            self._note_precision(reply["precision"])
             for position, (before, after) in enumerate(zip(trial_set["inputs"], reply["inputs_after"])):
                 if isinstance(before, torch.Tensor) and not _same_values(before, after):
                     self._add_violations([Violation("input_mutation", f"forward changed input {position}")])
@@ -165,24 +172,38 @@ class Evaluation:
     # -- timing ---------------------------------------------------------------------------------
 
     def _time_candidate(self, worker: Worker, timing_sets: list[dict]) -> None:
-        reply = worker.request(("time", [s["inputs"] for s in timing_sets]), self.config.run_timeout_s)
+        private_sets = [[t.clone() if isinstance(t, torch.Tensor) else t for t in s["inputs"]] for s in timing_sets]
+        reply = worker.request(("time", private_sets), self.config.run_timeout_s)
         self._add_violations(reply["findings"])
-        self.result.precision = reply["precision"]
-        for index, (timing_set, output) in enumerate(zip(timing_sets, reply["final_outputs"])):
-            check = compare_outputs(index, timing_set["outputs"], as_output_list(output), self.config.tolerances())
-            if not check.correct:
-                self._add_violations([Violation(
-                    "timed_output", f"a timed call returned a wrong result ({check.error}): work skipped or cached while timed")])
-                break
+        self._note_precision(reply["precision"])
         self.result.kernels = reply["kernel_names"]
+        for label, outputs in (("timed", reply["final_outputs"]), ("audited", reply["audited_outputs"])):
+            for index, (timing_set, output) in enumerate(zip(timing_sets, outputs)):
+                check = compare_outputs(index, timing_set["outputs"], as_output_list(output), self.config.tolerances())
+                if not check.correct:
+                    self._add_violations([Violation(
+                        "timed_output", f"a {label} call returned a wrong result ({check.error}): "
+                        "work skipped, cached or changed when timed")])
+                    break
+        stats = TimingStats.from_samples(reply["samples_ms"], reply["device_ms"])
+        self.result.timing["candidate"] = stats
         if self.device == "cuda":
-            foreign = foreign_kernels(reply["kernel_names"], reply["own_kernel_names"], self.policy)
-            for kernel in foreign:
-                self._add_violations([Violation("foreign_kernel", f"kernel {kernel[:160]} is not the candidate's own")])
-            if self.policy.require_own_kernel and reply["kernel_names"] and not any(
-                    kernel not in foreign and not _is_allocation_kernel(kernel) for kernel in reply["kernel_names"]):
-                self._add_violations([Violation("no_custom_kernel", "no kernel of the candidate's own ran in forward")])
-        self.result.timing["candidate"] = TimingStats.from_samples(reply["samples_ms"], reply["device_ms"])
+            self._check_kernels(reply)
+            span = reply["device_span_ms"]
+            # Bare timed calls cannot finish before the kernels they launch: faster than the
+            # kernels seen while watched means another code path runs when nobody watches.
+            if span and stats.median_ms < 0.8 * span:
+                self._add_violations([Violation(
+                    "timing_inconsistent", f"timed calls took {stats.median_ms:.4f} ms, less than the "
+                    f"{span:.4f} ms its kernels span when profiled")])
+
+    def _check_kernels(self, reply: dict) -> None:
+        foreign = foreign_kernels(reply["kernel_names"], reply["own_kernel_names"], self.policy)
+        for kernel in foreign:
+            self._add_violations([Violation("foreign_kernel", f"kernel {kernel[:160]} is not the candidate's own")])
+        own_ran = any(kernel not in foreign and not _is_allocation_kernel(kernel) for kernel in reply["kernel_names"])
+        if self.policy.require_own_kernel and reply["kernel_names"] and not own_ran:
+            self._add_violations([Violation("no_custom_kernel", "no kernel of the candidate's own ran in forward")])
 
     def _time_baselines(self, worker: Worker) -> None:
         cache = BaselineCache(self.config.cache_dir)
@@ -203,6 +224,14 @@ class Evaluation:
         for violation in violations:
             if violation not in self.result.violations:
                 self.result.violations.append(violation)
+
+    def _note_precision(self, signs: list[str]) -> None:
+        """Lower precision is always reported; the strict policy also rejects it."""
+        for sign in signs:
+            if sign not in self.result.precision:
+                self.result.precision.append(sign)
+                if self.policy.reject_lower_precision:
+                    self._add_violations([Violation("lower_precision", sign)])
 
     def _confirm_static(self, static: list[Violation]) -> None:
         """A static finding that a run-time check confirmed is a violation; the rest warn."""
@@ -262,6 +291,10 @@ def _same_values(before: torch.Tensor, after: torch.Tensor) -> bool:
     if before.is_floating_point():
         return bool(((before == after) | (before.isnan() & after.isnan())).all())
     return bool(torch.equal(before, after))
+
+
+def _nbytes(outputs: list) -> list[int]:
+    return [t.numel() * t.element_size() for t in outputs if isinstance(t, torch.Tensor)]
 
 
 def _is_allocation_kernel(kernel: str) -> bool:

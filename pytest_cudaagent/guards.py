@@ -22,6 +22,7 @@ from .result import Violation
 from .rules import HALF_DTYPES, Policy
 
 _HOST_LIBRARIES = ("numpy", "scipy", "numba", "cupy", "jax")
+_TENSOR_EXPORTS = ("numpy", "tolist", "__array__")
 # Frames of these modules are not the candidate's: their calls into NumPy are not its doing.
 _INTERNAL_MODULES = ("numpy", "scipy", "torch", "importlib", "_frozen_importlib", "triton", "pytest_cudaagent", "typing", "inspect", "functools", "contextlib")
 
@@ -47,16 +48,25 @@ def _op_names(func) -> tuple[str, str]:
     return namespace, func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else func.name()
 
 
-def _candidate_call_site() -> str:
-    """The innermost frame outside torch and the harness: where the candidate made the call.
-    Looked up only when a finding is recorded, so the common path costs nothing."""
+def _calling_frame():
+    """The innermost frame outside torch and this harness: whoever issued the operator."""
     frame = sys._getframe(2)
-    while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if not module.startswith(_INTERNAL_MODULES):
-            return f" (at {frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} in {frame.f_code.co_name})"
+    while frame is not None and frame.f_globals.get("__name__", "").startswith(("torch", "pytest_cudaagent")):
         frame = frame.f_back
-    return ""
+    return frame
+
+
+def _issued_by_triton_interpreter(frame) -> bool:
+    """Triton's CPU interpreter moves a kernel's results back with torch ops (set_, copy_):
+    the mechanics of running the candidate's Triton kernel, not a fallback."""
+    return frame is not None and frame.f_globals.get("__name__", "").startswith("triton.runtime.interpreter")
+
+
+def _call_site(frame) -> str:
+    """Looked up only when a finding is recorded, so the common path costs nothing."""
+    if frame is None:
+        return ""
+    return f" (at {frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} in {frame.f_code.co_name})"
 
 
 class _OperatorAudit(TorchDispatchMode):
@@ -71,10 +81,12 @@ class _OperatorAudit(TorchDispatchMode):
         namespace, name = _op_names(func)
         if namespace in ("aten", "prims"):
             if name in ("_to_copy", "copy_", "to") and self._moves_to_host(func, args, kwargs):
-                self.findings.add("host_compute", f"{namespace}::{name} copies device data to the host{_candidate_call_site()}")
+                self.findings.add("host_compute", f"{namespace}::{name} copies device data to the host{_call_site(_calling_frame())}")
             elif not self.policy.allows_op(namespace, name):
-                rule = "host_compute" if name in ("_local_scalar_dense", "item") else "fallback_op"
-                self.findings.add(rule, f"{namespace}::{name}{_candidate_call_site()}")
+                frame = _calling_frame()
+                if not _issued_by_triton_interpreter(frame):
+                    rule = "host_compute" if name in ("_local_scalar_dense", "item") else "fallback_op"
+                    self.findings.add(rule, f"{namespace}::{name}{_call_site(frame)}")
             self._note_precision(name, args, kwargs)
             return func(*args, **kwargs)
         # An operator of the candidate's own (torch.library / TORCH_LIBRARY): audit what runs
@@ -117,12 +129,23 @@ class _HostLibraryWatch:
 
     def __call__(self, frame, event, arg):
         if event == "c_call":
+            name = getattr(arg, "__name__", "")
+            if name in _TENSOR_EXPORTS and isinstance(getattr(arg, "__self__", None), torch.Tensor):
+                # NumPy ufuncs are not C functions to the profiler; the tensor handed to NumPy is.
+                if self._is_candidate_frame(frame):
+                    self.findings.add("host_compute", f"Tensor.{name}() hands the data to the host in forward")
+                return
             module = getattr(arg, "__module__", None) or type(getattr(arg, "__self__", None)).__module__ or ""
             library = self._library_of(module)
             if library and self._is_candidate_frame(frame):
-                self.findings.add("host_compute", f"{library}.{getattr(arg, '__name__', arg)} called in forward")
+                self.findings.add("host_compute", f"{library}.{name or arg} called in forward")
         elif event == "call":
-            library = self._library_of(frame.f_globals.get("__name__", ""))
+            module = frame.f_globals.get("__name__", "")
+            if module == "torch._tensor" and frame.f_code.co_name == "__array__":
+                if self._is_candidate_frame(frame.f_back) or self._library_of(frame.f_back.f_globals.get("__name__", "")):
+                    self.findings.add("host_compute", "a tensor converted to a NumPy array in forward")
+                return
+            library = self._library_of(module)
             if library and self._is_candidate_frame(frame.f_back):
                 self.findings.add("host_compute", f"{library}.{frame.f_code.co_name} called in forward")
 

@@ -36,6 +36,7 @@ def own_kernel_names(candidate: Candidate, modules: dict) -> list[str]:
 
 def kernel_base_name(kernel: str) -> str:
     """`void relu_kernel<float>(float*, int)` -> `relu_kernel`; keeps `ns::` prefixes out."""
+    kernel = kernel.replace("(anonymous namespace)::", "")
     head = re.sub(r"<.*>", "", kernel.split("(")[0]).strip()
     head = head.split()[-1] if head.split() else head
     return head.split("::")[-1]
@@ -46,7 +47,8 @@ def foreign_kernels(kernel_names: list[str], own_names: list[str], policy: Polic
     foreign = []
     for kernel in kernel_names:
         # A name inside a library namespace is never the candidate's, whatever it is called.
-        library_namespace = any(prefix in kernel.split("(")[0] for prefix in _LIBRARY_NAMESPACES)
+        signature = kernel.replace("(anonymous namespace)::", "").split("(")[0]
+        library_namespace = any(prefix in signature for prefix in _LIBRARY_NAMESPACES)
         if not library_namespace and kernel_base_name(kernel) in own_names:
             continue
         if ALLOWED_TORCH_KERNELS.search(kernel):

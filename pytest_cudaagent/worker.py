@@ -19,7 +19,7 @@ def _fresh_seed() -> int:
     return int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)
 
 
-def _setup(spec: dict) -> None:
+def setup_worker(spec: dict) -> None:
     from .channel import redirect_stdio
 
     redirect_stdio(spec["log_path"])
@@ -32,7 +32,7 @@ def _reply_error(conn, phase: str, error: BaseException) -> None:
     conn.send({"kind": "error", "phase": phase, "error_type": type(error).__name__, "message": detail[-3000:]})
 
 
-def _serve(conn, handlers: dict) -> None:
+def serve_requests(conn, handlers: dict) -> None:
     """Answer requests until ("exit",) or the pipe closes."""
     while True:
         try:
@@ -76,7 +76,7 @@ def _seed_all(seed: int) -> None:
 
 
 def reference_main(conn, spec: dict) -> None:
-    _setup(spec)
+    setup_worker(spec)
     import torch
 
     from .config import EvalConfig
@@ -128,7 +128,7 @@ def reference_main(conn, spec: dict) -> None:
             measurement = timer.measure(fn, content_sets)
         return {"samples_ms": measurement.samples_ms, "device_ms": measurement.device_ms}
 
-    _serve(conn, {"prepare": prepare, "baseline": baseline})
+    serve_requests(conn, {"prepare": prepare, "baseline": baseline})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -136,7 +136,7 @@ def reference_main(conn, spec: dict) -> None:
 
 
 def candidate_main(conn, spec: dict) -> None:
-    _setup(spec)
+    setup_worker(spec)
     # Imported before the candidate, so the clocks and guard references predate its code.
     import numpy  # noqa: F401  (loaded now, not lazily inside a guarded forward)
     import torch
@@ -182,10 +182,11 @@ def candidate_main(conn, spec: dict) -> None:
         state["model"] = model.to(device).eval()
         return {"loaded_weights": sorted(matching)}
 
-    def forward(inputs: list) -> dict:
+    def forward(inputs: list, output_nbytes: list[int]) -> dict:
         model = state["model"]
         device_inputs = _to_device(inputs, device)
-        poison_free_memory(device)
+        state["output_nbytes"] = output_nbytes
+        poison_free_memory(device, output_nbytes)
         with torch.no_grad():
             outputs = guard(lambda: model(*device_inputs))
             clock.synchronize()
@@ -194,23 +195,29 @@ def candidate_main(conn, spec: dict) -> None:
             **report,
             "inputs_after": _to_cpu(device_inputs),
             "findings": guard.findings.drain(),
+            "precision": sorted(guard.findings.precision),
         }
 
     def time_candidate(content_sets: list) -> dict:
         model = state["model"]
         device_sets = [_to_device(content, device) for content in content_sets]
         with torch.no_grad(), device_lock(device):
-            measurement = timer.measure(model, device_sets, guard=guard.light(), profile_guard=guard)
-        checked = [inspect_outputs(output, [], device) for output in measurement.final_outputs]
+            measurement = timer.measure(
+                model, device_sets, audit=guard,
+                before_audited_call=lambda: poison_free_memory(device, state["output_nbytes"]))
+        timed = [inspect_outputs(output, [], device) for output in measurement.final_outputs]
+        audited = [inspect_outputs(output, [], device) for output in measurement.audited_outputs]
         own_names = own_kernel_names(candidate, sys.modules)
         return {
             "samples_ms": measurement.samples_ms,
             "device_ms": measurement.device_ms,
+            "device_span_ms": measurement.device_span_ms,
             "kernel_names": measurement.kernel_names,
             "own_kernel_names": own_names,
-            "final_outputs": [report["outputs"] for report in checked],
-            "findings": guard.findings.drain(),
+            "final_outputs": [report["outputs"] for report in timed],
+            "audited_outputs": [report["outputs"] for report in audited],
+            "findings": guard.findings.drain() + [v for report in timed + audited for v in report["violations"]],
             "precision": sorted(guard.findings.precision | precision_flags(measurement.kernel_names)),
         }
 
-    _serve(conn, {"construct": construct, "forward": forward, "time": time_candidate})
+    serve_requests(conn, {"construct": construct, "forward": forward, "time": time_candidate})

@@ -7,11 +7,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pytest_cudaagent.worker import _serve, _setup
+from pytest_cudaagent.worker import serve_requests, setup_worker
 
 
 def filter_main(conn, spec: dict) -> None:
-    _setup(spec)  # stdout/stderr to the log, environment (CUDA_VISIBLE_DEVICES) before torch
+    setup_worker(spec)  # stdout/stderr to the log, environment (CUDA_VISIBLE_DEVICES) before torch
     import torch
 
     from pytest_cudaagent.timer import Clock, Timer
@@ -34,6 +34,6 @@ def filter_main(conn, spec: dict) -> None:
         return outcome.to_dict()
 
     try:
-        _serve(conn, {"check": check})
+        serve_requests(conn, {"check": check})
     finally:
         workdir.cleanup()

@@ -1,0 +1,13 @@
+"""Correctness: a constant output."""
+
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, negative_slope=0.01):
+        super().__init__()
+        self.slope = negative_slope
+
+    def forward(self, x):
+        return torch.zeros_like(x)
