@@ -62,6 +62,17 @@ def _to_cpu(values):
     return [v.detach().to("cpu", copy=True) if type(v) is torch.Tensor else v for v in values]
 
 
+def tf32_switches() -> set[str]:
+    import torch
+
+    signs = set()
+    if torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest":
+        signs.add("TF32 enabled for matmuls (torch.backends.cuda.matmul)")
+    if torch.backends.cudnn.allow_tf32:
+        signs.add("TF32 enabled for convolutions (torch.backends.cudnn)")
+    return signs
+
+
 def _seed_all(seed: int) -> None:
     import random
 
@@ -153,6 +164,9 @@ def candidate_main(conn, spec: dict) -> None:
 
     config = EvalConfig.from_dict(spec["config"])
     device = spec["device"]
+    # Full fp32 until the candidate says otherwise; a candidate that turns TF32 on is reported.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     described = spec["candidate"]
     candidate = Candidate(Path(described["path"]), Path(described["model_file"]), described["workspace"])
     guard = ForwardGuard(get_policy(config.policy), device)
@@ -195,7 +209,7 @@ def candidate_main(conn, spec: dict) -> None:
             **report,
             "inputs_after": _to_cpu(device_inputs),
             "findings": guard.findings.drain(),
-            "precision": sorted(guard.findings.precision),
+            "precision": sorted(guard.findings.precision | tf32_switches()),
         }
 
     def time_candidate(content_sets: list) -> dict:
@@ -217,7 +231,7 @@ def candidate_main(conn, spec: dict) -> None:
             "final_outputs": [report["outputs"] for report in timed],
             "audited_outputs": [report["outputs"] for report in audited],
             "findings": guard.findings.drain() + [v for report in timed + audited for v in report["violations"]],
-            "precision": sorted(guard.findings.precision | precision_flags(measurement.kernel_names)),
+            "precision": sorted(guard.findings.precision | precision_flags(measurement.kernel_names) | tf32_switches()),
         }
 
     serve_requests(conn, {"construct": construct, "forward": forward, "time": time_candidate})

@@ -1,0 +1,15 @@
+"""Host compute on the GPU: copies the input to the host, computes with NumPy, copies back."""
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, negative_slope=0.01):
+        super().__init__()
+        self.slope = negative_slope
+
+    def forward(self, x):
+        values = x.cpu().numpy()
+        return torch.from_numpy(np.where(values > 0, values, values * self.slope)).to(x.device)
