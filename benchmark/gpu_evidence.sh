@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# GPU evidence, section by section, each logged under $OUT: bash benchmark/gpu_evidence.sh SECTION...
+set -u
+OUT=${OUT:-out/gpu-evidence}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
+for section in "$@"; do
+  echo "=== $section"
+  case "$section" in
+    evaluator-tests) python3 -m pytest tests/gpu tests/adversarial -m gpu -q -p no:cacheprovider -rA 2>&1 | grep -E "PASSED|FAILED|ERROR|passed|failed|Error" | tail -40 ;;
+    bench) cudaagent bench --out "$OUT/bench" 2>&1 | tail -25; cat "$OUT/bench/leaderboard.md";
+           cudaagent bench --out "$OUT/bench" --resume 2>&1 | tail -4 ;;
+    spread) python3 benchmark/timing_spread.py --problem examples/problems/leaky_relu.py \
+              --candidate examples/candidates/cuda/leaky_relu.py --repeats 5 --ncu --json "$OUT/spread.json" 2>&1 | tail -15 ;;
+    policy) python3 -m pytest tests/policy -m gpu -q -p no:cacheprovider 2>&1 | tail -3
+            cudaagent solve examples/problems --engine scripted --model policy/scripts/cuda --device cuda --out "$OUT/solve" 2>&1 | tail -8
+            python3 -c "from policy.tiny_model import build_and_save_tiny_model; build_and_save_tiny_model('/tmp/tiny')"
+            cudaagent solve examples/problems/leaky_relu.py --engine transformers --model /tmp/tiny --samples 3 --turns 5 \
+              --max-new-tokens 128 --device cuda --out "$OUT/tiny" 2>&1 | tail -5
+            head -c 1500 "$(ls "$OUT"/tiny/trajectories/*.jsonl | head -1)"; echo ;;
+    synthesis) python3 -m pytest tests/synthesis -m gpu -q -p no:cacheprovider 2>&1 | tail -3
+               python3 -m synthesis synth crawl --out /tmp/synth/catalogue.json 2>&1 | tail -3
+               python3 benchmark/synthesis_throughput.py --count 600 --workers 12 --device cuda \
+                 --catalogue /tmp/synth/catalogue.json --out /tmp/synth/run600 --json "$OUT/synth.json" 2>&1 | tail -30
+               cat /tmp/synth/run600/summary.md | head -60 ;;
+    trainer) python3 -m pytest tests/trainer -m gpu -q -p no:cacheprovider 2>&1 | tail -3 ;;
+  esac
+done
