@@ -9,6 +9,8 @@ for section in "$@"; do
   echo "=== $section"
   case "$section" in
     evaluator-tests) python3 -m pytest tests/gpu tests/adversarial -m gpu -q -p no:cacheprovider -rA 2>&1 | grep -E "PASSED|FAILED|ERROR|passed|failed|Error" | tail -40 ;;
+    graph) python3 -m pytest tests/adversarial/test_adversarial_gpu.py -k graph -q -p no:cacheprovider 2>&1 | tail -3 ;;
+    scripted) cudaagent solve examples/problems --engine scripted --model policy/scripts/cuda --device cuda --out "$OUT/solve" 2>&1 | tail -12 ;;
     bench) cudaagent bench --out "$OUT/bench" 2>&1 | tail -25; cat "$OUT/bench/leaderboard.md";
            cudaagent bench --out "$OUT/bench" --resume 2>&1 | tail -4 ;;
     spread) python3 benchmark/timing_spread.py --problem examples/problems/leaky_relu.py \
