@@ -10,7 +10,13 @@ for section in "$@"; do
   case "$section" in
     evaluator-tests) python3 -m pytest tests/gpu tests/adversarial -m gpu -q -p no:cacheprovider -rA 2>&1 | grep -E "PASSED|FAILED|ERROR|passed|failed|Error" | tail -40 ;;
     graph) python3 -m pytest tests/adversarial/test_adversarial_gpu.py -k graph -q -p no:cacheprovider 2>&1 | tail -3 ;;
-    scripted) cudaagent solve examples/problems --engine scripted --model policy/scripts/cuda --device cuda --out "$OUT/solve" 2>&1 | tail -12 ;;
+    scripted) for p in leaky_relu scale_tanh_mean; do
+                cudaagent solve examples/problems/$p.py --engine scripted --model policy/scripts/cuda --device cuda --out "$OUT/solve_$p" 2>&1 | tail -6
+              done
+              python3 -c "from policy.tiny_model import build_and_save_tiny_model; build_and_save_tiny_model('/tmp/tiny')"
+              cudaagent solve examples/problems/leaky_relu.py --engine transformers --model /tmp/tiny --samples 3 --turns 5 \
+                --max-new-tokens 128 --device cuda --out "$OUT/tiny" 2>&1 | tail -6
+              for f in "$OUT"/tiny/trajectories/*.jsonl; do head -c 400 "$f"; echo; done ;;
     bench) cudaagent bench --out "$OUT/bench" 2>&1 | tail -25; cat "$OUT/bench/leaderboard.md";
            cudaagent bench --out "$OUT/bench" --resume 2>&1 | tail -4 ;;
     spread) python3 benchmark/timing_spread.py --problem examples/problems/leaky_relu.py \
