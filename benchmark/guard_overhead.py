@@ -41,7 +41,8 @@ def main(argv=None) -> int:
         for label, fn, wrapper in (("eager reference", reference, None), ("candidate, unguarded", model, None),
                                    ("candidate, light guard (timed calls)", model, guard.light()),
                                    ("candidate, full guard (correctness calls)", model, guard)):
-            median = sorted(timer.measure(fn, sets, guard=wrapper).samples_ms)
+            timed = fn if wrapper is None else (lambda *inputs, fn=fn, wrapper=wrapper: wrapper(lambda: fn(*inputs)))
+            median = sorted(timer.measure(timed, sets).samples_ms)
             rows.append((label, median[len(median) // 2]))
     table = Table("what", "median ms", "vs unguarded", title="guard overhead per forward call")
     unguarded = rows[1][1]

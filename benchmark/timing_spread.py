@@ -42,7 +42,7 @@ def ncu_device_ms(problem: Path, candidate: Path, calls: int) -> float:
             if row.get("Metric Name") == "gpu__time_duration.sum"]
     if not rows:
         raise RuntimeError(f"ncu measured no kernel:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
-    scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0}
+    scale = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0}
     total_ms = sum(float(row["Metric Value"].replace(",", "")) * scale[row["Metric Unit"]] for row in rows)
     return total_ms / calls
 
