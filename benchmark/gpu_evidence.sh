@@ -17,6 +17,8 @@ for section in "$@"; do
               cudaagent solve examples/problems/leaky_relu.py --engine transformers --model /tmp/tiny --samples 3 --turns 5 \
                 --max-new-tokens 128 --device cuda --out "$OUT/tiny" 2>&1 | tail -6
               for f in "$OUT"/tiny/trajectories/*.jsonl; do head -c 400 "$f"; echo; done ;;
+    bench-resume) cudaagent bench --out "$OUT/bench" 2>&1 | grep -iE "evaluated|resume|skipp"
+                  cudaagent bench --out "$OUT/bench" --resume 2>&1 | grep -iE "evaluated|resume|skipp|pair" ;;
     bench) cudaagent bench --out "$OUT/bench" 2>&1 | tail -25; cat "$OUT/bench/leaderboard.md";
            cudaagent bench --out "$OUT/bench" --resume 2>&1 | tail -4 ;;
     spread) python3 benchmark/timing_spread.py --problem examples/problems/leaky_relu.py \
