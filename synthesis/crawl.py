@@ -240,16 +240,25 @@ def _config_recipe(cls: type) -> dict | None:
     except Exception:
         return None
     fields: dict[str, dict] = {}
-    if hasattr(defaults, "hidden_size"):
+
+    def has(attribute: str) -> bool:
+        # Some configs (transformers 5.17's per-layer ones) raise other errors than
+        # AttributeError for attributes they hold only per layer.
+        try:
+            return hasattr(defaults, attribute)
+        except Exception:
+            return False
+
+    if has("hidden_size"):
         fields["hidden_size"] = {"from_dim": -1}
-    if hasattr(defaults, "intermediate_size"):
+    if has("intermediate_size"):
         fields["intermediate_size"] = {"choice": SIZE_CHOICES}
     # Configs validate that the hidden size splits into the attention heads.
-    if hasattr(defaults, "num_attention_heads"):
+    if has("num_attention_heads"):
         fields["num_attention_heads"] = {"divisor_of_dim": -1, "choice": [2, 4]}
-    if hasattr(defaults, "num_key_value_heads"):
+    if has("num_key_value_heads"):
         fields["num_key_value_heads"] = {"value": 1}
-    if hasattr(defaults, "head_dim"):
+    if has("head_dim"):
         fields["head_dim"] = {"value": None}
     return {"config": f"{config_cls.__module__}.{name}", "fields": fields}
 
@@ -424,7 +433,10 @@ def try_operator(found: Found) -> tuple[OperatorSpec | None, CrawlRecord]:
         return None, CrawlRecord(found.name, found.source, False, "loss: needs a target tensor")
     if is_stochastic(found.name):
         return None, CrawlRecord(found.name, found.source, False, "stochastic")
-    variants, why_none = candidate_specs(found)
+    try:
+        variants, why_none = candidate_specs(found)
+    except Exception as error:  # an installed library's quirk must not stop the whole crawl
+        return None, CrawlRecord(found.name, found.source, False, f"recipe error: {type(error).__name__}")
     if not variants:
         return None, CrawlRecord(found.name, found.source, False, why_none)
     best: tuple[OperatorSpec, list] | None = None
