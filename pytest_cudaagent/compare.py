@@ -30,7 +30,7 @@ def compare_outputs(
     if len(actual) != len(expected):
         return TrialResult(index, False, error=f"{len(actual)} outputs, expected {len(expected)}")
     worst_abs, worst_rel, mismatches, numel = 0.0, 0.0, 0, 0
-    for position, (want, got) in enumerate(zip(expected, actual)):
+    for position, (want, got) in enumerate(zip(expected, actual, strict=True)):
         where = f"output {position}: " if len(expected) > 1 else ""
         if not isinstance(want, torch.Tensor):
             if got != want:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
-from functools import lru_cache
+from functools import cache
 
 
 def _visible_nvml_handle(pynvml):
@@ -43,7 +43,7 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _static_info() -> dict:
     import torch
 

@@ -159,7 +159,7 @@ class Evaluation:
                                    self.config.run_timeout_s)
             self._add_violations(reply["violations"] + reply["findings"])
             self._note_precision(reply["precision"])
-            for position, (before, after) in enumerate(zip(trial_set["inputs"], reply["inputs_after"])):
+            for position, (before, after) in enumerate(zip(trial_set["inputs"], reply["inputs_after"], strict=True)):
                 if isinstance(before, torch.Tensor) and not _same_values(before, after):
                     self._add_violations([Violation("input_mutation", f"forward changed input {position}")])
             outputs = reply["outputs"]
@@ -178,7 +178,7 @@ class Evaluation:
         self._note_precision(reply["precision"])
         self.result.kernels = reply["kernel_names"]
         for label, outputs in (("timed", reply["final_outputs"]), ("audited", reply["audited_outputs"])):
-            for index, (timing_set, output) in enumerate(zip(timing_sets, outputs)):
+            for index, (timing_set, output) in enumerate(zip(timing_sets, outputs, strict=True)):
                 check = compare_outputs(index, timing_set["outputs"], as_output_list(output), self.config.tolerances())
                 if not check.correct:
                     self._add_violations([Violation(

@@ -3,7 +3,6 @@ batch loses nothing and can resume. Safe to append from several processes at onc
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .locks import file_lock

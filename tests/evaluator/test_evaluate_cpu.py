@@ -3,7 +3,14 @@
 import pytest
 
 from pytest_cudaagent import BadFileError, ProblemError, evaluate
-from tests.helpers import CPU_CANDIDATES, PROBLEMS, QUICK_TIMING, TEST_CANDIDATES, TEST_PROBLEMS, cpu_config
+from tests.helpers import (
+    CPU_CANDIDATES,
+    PROBLEMS,
+    QUICK_TIMING,
+    TEST_CANDIDATES,
+    TEST_PROBLEMS,
+    cpu_config,
+)
 
 SMALL_LEAKY = TEST_PROBLEMS / "small_leaky_relu.py"
 

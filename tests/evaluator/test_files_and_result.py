@@ -2,7 +2,14 @@ import json
 
 import pytest
 
-from pytest_cudaagent import BadFileError, Result, RewardConfig, TimingStats, Violation, milestone_reward
+from pytest_cudaagent import (
+    BadFileError,
+    Result,
+    RewardConfig,
+    TimingStats,
+    Violation,
+    milestone_reward,
+)
 from pytest_cudaagent.files import check_candidate, check_problem
 from tests.helpers import PROBLEMS, TEST_CANDIDATES
 

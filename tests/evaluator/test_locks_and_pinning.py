@@ -24,7 +24,7 @@ def test_device_lock_serialises_holders_across_processes(tmp_path):
         worker.join(60)
     holds = sorted((int(a), int(r)) for _, _, a, r in (line.split() for line in log.read_text().splitlines()))
     assert len(holds) == 9
-    for (_, released), (acquired, _) in zip(holds, holds[1:]):
+    for (_, released), (acquired, _) in zip(holds, holds[1:], strict=False):
         assert acquired >= released  # no two holds overlap
 
 

@@ -59,7 +59,7 @@ def test_fixture_verifies_from_a_hand_written_test(pytester):
 
 def test_options_have_ini_twins(pytester):
     pytester.makeini("[pytest]\ncudaagent_device = cpu\ncudaagent_no_timing = true\ncudaagent_trials = 1\n")
-    pytester.makepyfile(f"""
+    pytester.makepyfile("""
         def test_ini(cudaagent):
             assert cudaagent.config.device == "cpu"
             assert cudaagent.config.trials == 1 and not cudaagent.config.timing

@@ -15,7 +15,7 @@ def content_sets(count=3):
 def test_honest_function_returns_the_right_output_for_each_content():
     sets = content_sets()
     measurement = Timer(Clock("cpu"), CONFIG).measure(lambda x: x * 2, sets)
-    for content, output in zip(sets, measurement.final_outputs):
+    for content, output in zip(sets, measurement.final_outputs, strict=True):
         assert torch.equal(output, content[0] * 2)
     assert len(measurement.samples_ms) >= CONFIG.min_samples
     assert all(sample >= 0 for sample in measurement.samples_ms)
@@ -32,7 +32,7 @@ def test_memo_by_buffer_address_gives_wrong_final_outputs():
 
     sets = content_sets()
     measurement = Timer(Clock("cpu"), CONFIG).measure(cheat, sets)
-    wrong = [not torch.equal(out, content[0] * 2) for content, out in zip(sets, measurement.final_outputs)]
+    wrong = [not torch.equal(out, content[0] * 2) for content, out in zip(sets, measurement.final_outputs, strict=True)]
     assert all(wrong)
 
 
@@ -45,7 +45,7 @@ def test_skipping_work_after_some_calls_gives_wrong_final_outputs():
 
     sets = content_sets()
     measurement = Timer(Clock("cpu"), CONFIG).measure(lazy, sets)
-    assert not any(torch.equal(out, c[0] * 2) for c, out in zip(sets, measurement.final_outputs))
+    assert not any(torch.equal(out, c[0] * 2) for c, out in zip(sets, measurement.final_outputs, strict=True))
 
 
 def test_sample_count_never_returns_a_buffer_its_first_content_in_the_last_round():

@@ -1,6 +1,5 @@
 """The evaluator on a CUDA GPU: bundled candidates, device time, poisoning, the xdist lock."""
 
-import json
 import os
 import subprocess
 import sys
@@ -8,7 +7,7 @@ import sys
 import pytest
 
 from pytest_cudaagent import EvalConfig, evaluate
-from tests.helpers import CUDA_CANDIDATES, PROBLEMS, QUICK_TIMING, REPO, TEST_PROBLEMS
+from tests.helpers import CUDA_CANDIDATES, PROBLEMS, REPO, TEST_PROBLEMS
 
 pytestmark = pytest.mark.gpu
 
@@ -46,7 +45,7 @@ def test_two_xdist_workers_on_one_gpu_never_time_at_once(tmp_path):
          "--cudaagent-device", "cuda", "--cudaagent-baselines", "eager", str(tmp_path)],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=1200)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    holds = sorted((int(a), int(r), pid) for _, pid, a, r in (l.split() for l in lock_log.read_text().splitlines()))
+    holds = sorted((int(a), int(r), pid) for _, pid, a, r in (line.split() for line in lock_log.read_text().splitlines()))
     assert len({pid for *_, pid in holds}) >= 2, "expected timings from several processes"
-    for (_, released, _), (acquired, _, _) in zip(holds, holds[1:]):
+    for (_, released, _), (acquired, _, _) in zip(holds, holds[1:], strict=False):
         assert acquired >= released

@@ -1,8 +1,9 @@
 """Correctness: searches the heap for the reference's output tensor."""
 
+import gc
+
 import torch
 import torch.nn as nn
-import gc
 
 
 class ModelNew(nn.Module):

@@ -2,6 +2,8 @@
 
 import torch
 import torch.nn as nn
+
+
 class LazyTensor(torch.Tensor):
     """Looks like the answer to whoever compares it."""
 

@@ -1,6 +1,5 @@
 """Correctness: returns a view of its input (right for positive values)."""
 
-import torch
 import torch.nn as nn
 
 

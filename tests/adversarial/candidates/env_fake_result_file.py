@@ -1,9 +1,10 @@
 """Environment: writes a fake passing result file, returns zeros."""
 
-import torch
-import torch.nn as nn
 import os
 import tempfile
+
+import torch
+import torch.nn as nn
 
 
 class ModelNew(nn.Module):

@@ -1,8 +1,8 @@
 """Environment: prints a fake verdict, then exits with status 0."""
 
-import torch
-import torch.nn as nn
 import os
+
+import torch.nn as nn
 
 
 class ModelNew(nn.Module):

@@ -1,8 +1,8 @@
 """Environment: exits with status 0 from forward."""
 
-import torch
-import torch.nn as nn
 import sys
+
+import torch.nn as nn
 
 
 class ModelNew(nn.Module):

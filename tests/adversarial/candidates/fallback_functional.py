@@ -1,6 +1,5 @@
 """Fallback: calls torch.nn.functional in forward."""
 
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 

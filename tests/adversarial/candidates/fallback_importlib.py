@@ -1,8 +1,8 @@
 """Fallback: the module is found through importlib."""
 
-import torch
-import torch.nn as nn
 import importlib
+
+import torch.nn as nn
 
 
 class ModelNew(nn.Module):

@@ -1,6 +1,5 @@
 """Fallback: tensor methods do the work."""
 
-import torch
 import torch.nn as nn
 
 

@@ -1,8 +1,8 @@
 """Host compute: NumPy does the work."""
 
+import numpy as np
 import torch
 import torch.nn as nn
-import numpy as np
 
 
 class ModelNew(nn.Module):

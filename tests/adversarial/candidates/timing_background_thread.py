@@ -1,11 +1,12 @@
 """Timing: returns at once and lets a thread write the answer later."""
 
+import threading
+import time
+
 import torch
 import torch.nn as nn
 import triton
 import triton.language as tl
-import threading
-import time
 
 
 @triton.jit

@@ -1,6 +1,5 @@
 """Test candidate: never returns from forward."""
 
-import torch
 import torch.nn as nn
 
 

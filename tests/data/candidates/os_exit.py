@@ -1,8 +1,9 @@
 """Test candidate: calls os._exit(0) in forward."""
 
-import torch
-import torch.nn as nn
 import os
+
+import torch.nn as nn
+
 
 class ModelNew(nn.Module):
     def __init__(self, *args):

@@ -1,6 +1,5 @@
 """Test candidate: raises in forward."""
 
-import torch
 import torch.nn as nn
 
 

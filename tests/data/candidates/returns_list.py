@@ -1,6 +1,5 @@
 """Test candidate: returns a Python list, not a tensor."""
 
-import torch
 import torch.nn as nn
 
 

@@ -1,8 +1,9 @@
 """Test candidate: segfaults in forward."""
 
-import torch
-import torch.nn as nn
 import ctypes
+
+import torch.nn as nn
+
 
 class ModelNew(nn.Module):
     def __init__(self, *args):

@@ -1,8 +1,9 @@
 """Test candidate: calls sys.exit(0) in forward, hoping to pass as success."""
 
-import torch
-import torch.nn as nn
 import sys
+
+import torch.nn as nn
+
 
 class ModelNew(nn.Module):
     def __init__(self, *args):

@@ -1,7 +1,6 @@
+import cuda_extension
 import torch
 import torch.nn as nn
-
-import cuda_extension
 
 
 class ModelNew(nn.Module):
