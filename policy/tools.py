@@ -206,7 +206,7 @@ class Toolbox:
         candidate = Candidate(workspace.root, workspace.root / MODEL_NEW_FILE, workspace=True)
         config = self.config.eval_config
         # The evaluator's build directory for these exact sources: a later verify reuses this build.
-        extensions_dir = Path(config.cache_dir) / "extensions" / candidate.source_hash()
+        extensions_dir = candidate.extensions_dir(config.cache_dir)
         spec = {"path": str(workspace.root), "model_file": str(candidate.model_file),
                 "device": workspace.device, "build_dir": str(extensions_dir / "workspace")}
         worker = Worker(_compile_main, spec, config.memory_cap_gb, env={"TORCH_EXTENSIONS_DIR": str(extensions_dir)})

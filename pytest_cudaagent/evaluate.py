@@ -49,7 +49,7 @@ class Evaluation:
         self.device = device
         self.policy = get_policy(config.policy)
         self.result = Result(str(problem), str(candidate.path), device=device, env=collect_env(device))
-        self.extensions_dir = Path(config.cache_dir) / "extensions" / candidate.source_hash()
+        self.extensions_dir = candidate.extensions_dir(config.cache_dir)
         self.protected_hashes = candidate.protected_hashes(problem)
 
     # -- orchestration --------------------------------------------------------------------------
@@ -140,8 +140,6 @@ class Evaluation:
             "config": self.config.to_dict(),
             "extensions_dir": str(self.extensions_dir),
         }
-        # Builds are cached per candidate source hash: the same candidate never builds twice,
-        # and two candidates that reuse an extension name never overwrite each other's build.
         env = {"TORCH_EXTENSIONS_DIR": str(self.extensions_dir)}
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"  # Triton kernels run under Triton's interpreter on the CPU

@@ -76,6 +76,12 @@ class Candidate:
                 expected[path] = file_hash(path)
         return {path: digest for path, digest in expected.items() if path.exists() or path.name != "model.py"}
 
+    def extensions_dir(self, cache_dir: Path) -> Path:
+        """Where this candidate's extensions build: one directory per source hash, so the same
+        candidate never builds twice and two candidates reusing an extension name never
+        overwrite each other's build."""
+        return Path(cache_dir) / "extensions" / self.source_hash()
+
     def source_hash(self) -> str:
         digest = hashlib.sha256()
         for path in self.source_files():
