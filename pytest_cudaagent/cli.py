@@ -67,6 +67,8 @@ def _add_verify(subparsers) -> None:
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
     parser.add_argument("--policy", choices=("strict", "permissive"), default="strict")
     parser.add_argument("--tolerance", choices=("default", "strict"), default="default")
+    parser.add_argument("--audit-timed-calls", action="store_true",
+                        help="run the operator audit on every timed call too (adds ~25 us per call on an H100)")
     parser.add_argument("--output", help="write the Result as JSON to this file")
     parser.add_argument("--json", action="store_true", help="print the Result as JSON instead of the summary")
     parser.set_defaults(func=run_verify)
@@ -83,6 +85,7 @@ def run_verify(args) -> int:
         return EXIT_USAGE
     config = EvalConfig(device=args.device, trials=args.trials, timing=not args.no_timing,
                         baselines=baselines, policy=args.policy, tolerance=args.tolerance)
+    config.timing_config.audit_timed_calls = args.audit_timed_calls
     try:
         result = evaluate(args.problem, args.candidate, config)
     except BadFileError as error:

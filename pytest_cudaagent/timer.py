@@ -121,7 +121,11 @@ class Timer:
             for content in content_sets
         ]
 
+        timed_run = audit if (audit is not None and self.config.audit_timed_calls) else None
+
         def call_on(buffer: list[object]) -> Callable[[], object]:
+            if timed_run is not None:
+                return lambda: timed_run(lambda: fn(*buffer))
             return lambda: fn(*buffer)
 
         # Warm-up: every buffer once (first calls compile, autotune, allocate), then by time.
@@ -155,7 +159,7 @@ class Timer:
                 _load_content(buffers[buffer_index], content)
                 if before_audited_call:
                     before_audited_call()
-                measurement.audited_outputs.append(run(call_on(buffers[buffer_index])))
+                measurement.audited_outputs.append(run(lambda buffer=buffers[buffer_index]: fn(*buffer)))
             self.clock.synchronize()
         if self.clock.device == "cuda" and self.config.device_time:
             measurement.device_ms, measurement.device_span_ms, measurement.kernel_names = (

@@ -31,6 +31,7 @@ EXPECTED = {
     "timing_call_counting": {("violation", "timed_output")},
     "timing_pointer_memo": {("violation", "timed_output"), ("incorrect", None)},
     "timing_unwatched_shortcut": {("violation", "timed_output")},
+    "timing_fallback_after_warmup": {("violation", "fallback_op")},  # seen in the audited check round
     # C. correctness: the check is fooled
     "correct_constant": {("incorrect", None)},
     "correct_partial": {("incorrect", None)},
@@ -82,6 +83,15 @@ def test_patched_clocks_are_ignored_and_the_time_is_honest():
 def test_honest_kernels_are_never_rejected(name):
     result = evaluate_cpu(HERE / "honest" / f"{name}.py")
     assert result.passed and not result.violations, result.summary()
+
+
+def test_every_timed_call_can_be_audited_on_request():
+    from pytest_cudaagent.config import TimingConfig
+
+    audited = TimingConfig(warmup_ms=5, repeat_ms=20, min_samples=6, max_samples=60, audit_timed_calls=True)
+    result = evaluate_cpu(HERE / "candidates" / "timing_fallback_after_warmup.py", timing_config=audited)
+    assert "fallback_op" in {v.rule for v in result.violations}
+    assert evaluate_cpu(HERE / "honest" / "triton_with_views.py", timing_config=audited).passed
 
 
 def test_permissive_policy_allows_pytorch_glue_but_reports_it_is_not_strict():

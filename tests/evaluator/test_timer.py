@@ -67,3 +67,22 @@ def test_patched_clock_changes_nothing():
     finally:
         time.perf_counter_ns = original
     assert elapsed > 0
+
+
+def test_timed_calls_run_bare_unless_auditing_every_call_is_asked_for():
+    import dataclasses
+
+    def counting_audit(counter):
+        def audit(call):
+            counter.append(1)
+            return call()
+        return audit
+
+    sets = content_sets()
+    bare, every = [], []
+    measurement = Timer(Clock("cpu"), CONFIG).measure(lambda x: x * 2, sets, audit=counting_audit(bare))
+    assert len(bare) == len(sets)  # only the check round
+    assert all(torch.equal(out, c[0] * 2) for c, out in zip(sets, measurement.audited_outputs, strict=True))
+    audited_config = dataclasses.replace(CONFIG, audit_timed_calls=True)
+    measurement = Timer(Clock("cpu"), audited_config).measure(lambda x: x * 2, sets, audit=counting_audit(every))
+    assert len(every) >= len(measurement.samples_ms) + len(sets)
