@@ -131,8 +131,9 @@ def import_file(path: str | Path, module_name: str) -> ModuleType:
     return module
 
 
-def build_workspace_extension(candidate: Candidate, device: str, build_dir: Path) -> ModuleType:
-    """Compile a workspace's kernels with the evaluator's own binding files as `cuda_extension`."""
+def build_workspace_extension(candidate: Candidate, device: str, build_dir: Path) -> ModuleType | None:
+    """Compile a workspace's kernels with the evaluator's own binding files as `cuda_extension`.
+    A workspace without kernel sources for this device (Triton kernels only) builds nothing."""
     from torch.utils.cpp_extension import load
 
     kernel_dir = candidate.path / WORKSPACE_KERNELS
@@ -140,7 +141,7 @@ def build_workspace_extension(candidate: Candidate, device: str, build_dir: Path
     if device == "cuda":
         sources += sorted(kernel_dir.glob("*.cu"))
     if not sources:
-        raise BadFileError(f"{kernel_dir}: no kernel sources (*.cu, *.cpp) to build")
+        return None
     sources.append(WORKSPACE_FILES_DIR / "binding.cpp")
     build_dir.mkdir(parents=True, exist_ok=True)
     module = load(
