@@ -25,11 +25,11 @@ from .core import (
     token_rewards,
 )
 from .metrics import reward_summary
-from .rollout import Rollout, RolloutBatch, micro_batches, pad_rollouts, resolve_scores
+from .rollout import Minibatched, Rollout, RolloutBatch, micro_batches, pad_rollouts, resolve_scores
 
 
 @dataclass
-class PPOConfig:
+class PPOConfig(Minibatched):
     steps: int = 20
     # Episodes collected per step on each process.
     tasks_per_step: int = 16
@@ -60,15 +60,10 @@ class PPOConfig:
     pass_threshold: float = 1.0
 
     def __post_init__(self):
-        if self.tasks_per_step % self.minibatch_size or self.minibatch_size % self.micro_batch_size:
-            raise ValueError(
-                f"tasks_per_step ({self.tasks_per_step}) must be a multiple of minibatch_size "
-                f"({self.minibatch_size}), and minibatch_size of micro_batch_size ({self.micro_batch_size})"
-            )
-
-    @property
-    def accumulation_steps(self) -> int:
-        return self.minibatch_size // self.micro_batch_size
+        if self.tasks_per_step % self.minibatch_size:
+            raise ValueError(f"tasks_per_step ({self.tasks_per_step}) must be a multiple of "
+                             f"minibatch_size ({self.minibatch_size})")
+        self.check_minibatches()
 
     @property
     def uses_reference(self) -> bool:

@@ -14,11 +14,11 @@ import torch
 from .core import masked_sum
 from .metrics import reward_summary
 from .ppo import policy_logprobs
-from .rollout import Rollout, micro_batches, pad_rollouts, resolve_scores
+from .rollout import Minibatched, Rollout, micro_batches, pad_rollouts, resolve_scores
 
 
 @dataclass
-class RFTConfig:
+class RFTConfig(Minibatched):
     rounds: int = 1
     # Episodes sampled per round on each process.
     tasks_per_round: int = 64
@@ -38,12 +38,7 @@ class RFTConfig:
     pass_threshold: float = 1.0
 
     def __post_init__(self):
-        if self.minibatch_size % self.micro_batch_size:
-            raise ValueError(f"minibatch_size ({self.minibatch_size}) must be a multiple of micro_batch_size ({self.micro_batch_size})")
-
-    @property
-    def accumulation_steps(self) -> int:
-        return self.minibatch_size // self.micro_batch_size
+        self.check_minibatches()
 
 
 def rejection_reason(rollout: Rollout, config: RFTConfig) -> str | None:

@@ -90,3 +90,18 @@ def micro_batches(mask: torch.Tensor, minibatch_size: int, micro_batch_size: int
         token_count = mask[minibatch_rows].sum().clamp(min=1) / accumulation_steps
         for micro_start in range(0, len(minibatch_rows), micro_batch_size):
             yield minibatch_rows[micro_start : micro_start + micro_batch_size], token_count
+
+
+class Minibatched:
+    """For the stage configs that train in minibatches of micro-batches (`minibatch_size`,
+    `micro_batch_size` fields): the divisibility check and the gradient-accumulation count."""
+
+    def check_minibatches(self) -> None:
+        if self.minibatch_size % self.micro_batch_size:
+            raise ValueError(f"minibatch_size ({self.minibatch_size}) must be a multiple of "
+                             f"micro_batch_size ({self.micro_batch_size})")
+
+    @property
+    def accumulation_steps(self) -> int:
+        return self.minibatch_size // self.micro_batch_size
+

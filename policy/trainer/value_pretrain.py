@@ -12,11 +12,11 @@ import torch
 from .core import clipped_value_loss, explained_variance, gae_advantages, token_rewards
 from .metrics import reward_summary
 from .ppo import critic_values, in_micro_batches
-from .rollout import micro_batches, pad_rollouts, resolve_scores
+from .rollout import Minibatched, micro_batches, pad_rollouts, resolve_scores
 
 
 @dataclass
-class ValuePretrainConfig:
+class ValuePretrainConfig(Minibatched):
     rounds: int = 4
     tasks_per_round: int = 32
     epochs: int = 4
@@ -32,12 +32,7 @@ class ValuePretrainConfig:
     pass_threshold: float = 1.0
 
     def __post_init__(self):
-        if self.minibatch_size % self.micro_batch_size:
-            raise ValueError(f"minibatch_size ({self.minibatch_size}) must be a multiple of micro_batch_size ({self.micro_batch_size})")
-
-    @property
-    def accumulation_steps(self) -> int:
-        return self.minibatch_size // self.micro_batch_size
+        self.check_minibatches()
 
 
 class ValuePretrainer:
