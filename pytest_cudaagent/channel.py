@@ -49,11 +49,10 @@ class Worker:
         self.peak_rss_bytes = 0
 
     def request(self, message: tuple, timeout_s: float) -> dict:
-        if message is not None:
-            try:
-                self.conn.send(message)
-            except (BrokenPipeError, OSError) as error:
-                raise WorkerDied(self._death_reason()) from error
+        try:
+            self.conn.send(message)
+        except (BrokenPipeError, OSError) as error:
+            raise WorkerDied(self._death_reason()) from error
         return self.receive(timeout_s)
 
     def receive(self, timeout_s: float) -> dict:

@@ -271,8 +271,8 @@ class Evaluation:
             result.speedup_vs_eager = result.timing["eager"].median_ms / candidate.median_ms
         if "compile" in result.timing:
             result.speedup_vs_compile = result.timing["compile"].median_ms / candidate.median_ms
-        best = max(s for s in (result.speedup_vs_eager, result.speedup_vs_compile) if s is not None) \
-            if (result.speedup_vs_eager or result.speedup_vs_compile) else None
+        measured = [s for s in (result.speedup_vs_eager, result.speedup_vs_compile) if s is not None]
+        best = max(measured, default=None)
         if best is not None and best > self.config.plausible_speedup:
             result.warnings.append(Violation(
                 "implausible_speedup", f"{best:.1f}x exceeds the plausibility bound of "
