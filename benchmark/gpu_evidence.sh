@@ -34,5 +34,20 @@ for section in "$@"; do
                  --catalogue /tmp/synth/catalogue.json --out /tmp/synth/run600 --json "$OUT/synth.json" 2>&1 | tail -30
                cat /tmp/synth/run600/summary.md | head -60 ;;
     trainer) python3 -m pytest tests/trainer -m gpu -q -p no:cacheprovider 2>&1 | tail -3 ;;
+    spread-large) for pair in leaky_relu_64m:leaky_relu softmax_16k:softmax linear_bias_relu_4k:linear_bias_relu; do
+                    python3 benchmark/timing_spread.py --problem benchmark/problems/${pair%%:*}.py \
+                      --candidate examples/candidates/cuda/${pair##*:}.py --repeats 5 --ncu \
+                      --json "$OUT/spread_${pair%%:*}.json" 2>&1 | tail -12
+                  done ;;
+    trainer-debug) python3 -m pytest tests/trainer -m gpu -x -q -p no:cacheprovider --tb=long > "$OUT/trainer.log" 2>&1
+                   tail -60 "$OUT/trainer.log" ;;
+    synth-profile) python3 -m synthesis synth crawl --out /tmp/synth/catalogue.json --transformers-models 0 2>&1 | tail -1
+                   timeout ${SYNTH_SECONDS:-240} python3 benchmark/synthesis_throughput.py --count ${SYNTH_COUNT:-200} \
+                     --workers ${SYNTH_WORKERS:-14} --device cuda --catalogue /tmp/synth/catalogue.json \
+                     --out /tmp/synth/profile --json "$OUT/synth_profile.json" > "$OUT/synth_profile.log" 2>&1
+                   tail -30 "$OUT/synth_profile.log"
+                   python3 -c "from synthesis.manifest import Manifest; from synthesis.report import *; import sys
+f = Manifest('/tmp/synth/profile').frame(); print(len(f), 'candidates', int(f['kept'].sum()), 'kept')
+print(markdown_table(reason_table(f))); print(markdown_table(filter_time_table(f)))" 2>&1 | tail -40 ;;
   esac
 done

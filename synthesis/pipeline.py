@@ -90,6 +90,26 @@ def record_for(task: Task, signature: ProblemSignature | None, outcome: FilterOu
     )
 
 
+class ProgressLine:
+    """A plain line every `every_s` seconds when the console is not a terminal (a log file, a
+    remote job's output), where rich's bar shows nothing until the run ends."""
+
+    def __init__(self, console: Console, total: int, started: float, every_s: float = 30.0):
+        self.console, self.total, self.started, self.every_s = console, total, started, every_s
+        self.done = 0
+        self.last_print = started
+
+    def maybe_print(self, kept: int) -> None:
+        self.done += 1
+        now = time.perf_counter()
+        if self.console.is_terminal or (now - self.last_print < self.every_s and self.done < self.total):
+            return
+        self.last_print = now
+        elapsed = now - self.started
+        self.console.print(f"synth: {self.done}/{self.total} filtered, {kept} kept, {elapsed:.0f} s, "
+                           f"{self.done / elapsed * 3600:.0f} candidates/h", highlight=False)
+
+
 def load_or_crawl_catalogue(config: SynthConfig, console: Console) -> Catalogue:
     path = config.catalogue or config.out_dir / CATALOGUE_FILE
     if Path(path).is_file():
@@ -128,6 +148,7 @@ def run_synthesis(config: SynthConfig, proposer: Proposer | None = None,
     started = time.perf_counter()
     columns = [TextColumn("[bold]synth"), BarColumn(), MofNCompleteColumn(),
                TextColumn("kept {task.fields[kept]}"), TimeRemainingColumn()]
+    log_line = ProgressLine(console, len(todo), started)
     with Progress(*columns, console=console) as progress:
         bar = progress.add_task("synth", total=len(todo), kept=0)
         kept_count = 0
@@ -142,6 +163,7 @@ def run_synthesis(config: SynthConfig, proposer: Proposer | None = None,
                     kept_count += 1
                 manifest.append(record_for(task, signatures.pop(task.task_id, None), outcome, path))
                 progress.update(bar, advance=1, kept=kept_count)
+                log_line.maybe_print(kept_count)
 
         def candidates():
             for position in todo:

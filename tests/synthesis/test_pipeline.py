@@ -114,3 +114,22 @@ def test_llm_composer_through_an_engine_and_the_same_filters(tmp_path, small_cat
 def test_extract_code_takes_the_fenced_block():
     assert extract_code("text\n```python\nx = 1\n```\nmore") == "x = 1\n"
     assert extract_code("x = 2") == "x = 2\n"
+
+
+def test_progress_line_prints_counts_and_rate_when_not_a_terminal():
+    import io
+    import time
+
+    from rich.console import Console
+
+    from synthesis.pipeline import ProgressLine
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=False, width=200)
+    line = ProgressLine(console, total=3, started=time.perf_counter() - 10, every_s=3600)
+    line.maybe_print(kept=0)  # too soon after the start: nothing
+    assert buffer.getvalue() == ""
+    line.maybe_print(kept=1)
+    line.maybe_print(kept=2)  # the last one always prints
+    assert "3/3 filtered, 2 kept" in buffer.getvalue()
+    assert "candidates/h" in buffer.getvalue()
