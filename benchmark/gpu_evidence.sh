@@ -5,8 +5,9 @@ OUT=${OUT:-out/gpu-evidence}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
-for section in "$@"; do
-  echo "=== $section"
+# Each section's whole output goes to $OUT/<section>.log; its last lines are printed.
+run_section() {
+  local section=$1
   case "$section" in
     evaluator-tests) python3 -m pytest tests/gpu tests/adversarial -m gpu -q -p no:cacheprovider -rA 2>&1 | grep -E "PASSED|FAILED|ERROR|passed|failed|Error" | tail -40 ;;
     graph) python3 -m pytest tests/adversarial/test_adversarial_gpu.py -k graph -q -p no:cacheprovider 2>&1 | tail -3 ;;
@@ -49,5 +50,29 @@ for section in "$@"; do
                    python3 -c "from synthesis.manifest import Manifest; from synthesis.report import *; import sys
 f = Manifest('/tmp/synth/profile').frame(); print(len(f), 'candidates', int(f['kept'].sum()), 'kept')
 print(markdown_table(reason_table(f))); print(markdown_table(filter_time_table(f)))" 2>&1 | tail -40 ;;
+    jitter) for pin in "" "--pin-core 3"; do
+              python3 benchmark/e2e_jitter.py --problem benchmark/problems/leaky_relu_64m.py \
+                --candidate examples/candidates/cuda/leaky_relu.py --processes 5 $pin
+            done ;;
+    spread-linear) python3 benchmark/timing_spread.py --problem benchmark/problems/linear_bias_relu_4k.py \
+                     --candidate examples/candidates/cuda/linear_bias_relu.py --repeats 5 --ncu \
+                     --json "$OUT/spread_linear_bias_relu_4k.json" ;;
+    throughput-harness) python3 -m benchmark.harness_throughput --device cuda --count 20 --work /tmp/throughput \
+                          --phase harness ;;
+    # The sequential loop builds 20 extensions one after the other (over ten minutes): started in
+    # the background, its process group outlives this call; `throughput-report` waits for it.
+    throughput-sequential) setsid nohup python3 -m benchmark.harness_throughput --device cuda --count 20 \
+                             --work /tmp/throughput --phase sequential > /tmp/throughput/sequential.log 2>&1 &
+                           echo "sequential loop started in the background" ;;
+    throughput-report) while pgrep -f "phase sequential" > /dev/null; do sleep 10; done
+                       tail -3 /tmp/throughput/sequential.log
+                       python3 -m benchmark.harness_throughput --device cuda --work /tmp/throughput --phase report \
+                         --json "$OUT/throughput.json" ;;
+    *) echo "unknown section $section" ;;
   esac
+}
+for section in "$@"; do
+  echo "=== $section"
+  run_section "$section" > "$OUT/$section.log" 2>&1
+  tail -n "${TAIL_LINES:-40}" "$OUT/$section.log"
 done

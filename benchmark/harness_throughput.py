@@ -11,6 +11,7 @@ with every cache empty. Prints the tables and the time split per candidate; `--j
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -25,7 +26,8 @@ from rich.table import Table
 from benchmark.batch import BatchSettings, resolve_device, run_batch
 from benchmark.kernelbench import EXAMPLES_PROBLEMS, load_flat
 from benchmark.solutions import pair_solutions
-from benchmark.throughput_templates import write_candidates
+from benchmark.throughput_templates import Variant, write_candidates
+from pytest_cudaagent.result import Result
 
 # KernelBench's eval: 5 correctness trials, then 3 warm-ups and 100 timed trials.
 CHECKS, WARMUPS, TRIALS = 5, 3, 100
@@ -215,6 +217,9 @@ def compare_runs(variants, harness_results, sequential: dict, harness_s: float, 
             "sequential_phase_totals_s": seq_totals, "candidates": rows}
 
 
+PHASES = ("all", "harness", "sequential", "report")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -222,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=20, help="candidates to generate (default 20)")
     parser.add_argument("--workers", type=int, help="harness xdist workers (default: cudaagent bench's)")
     parser.add_argument("--work", help="keep the generated candidates and runs here (default: a temp dir)")
+    parser.add_argument("--phase", choices=PHASES, default="all",
+                        help="run one half at a time in the same --work (the sequential loop over 20 cold "
+                             "CUDA builds takes over ten minutes), then 'report' compares them")
     parser.add_argument("--json", help="write the tables as JSON to this file")
     parser.add_argument("--sequential", nargs=2, metavar=("MANIFEST", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -229,20 +237,61 @@ def main(argv: list[str] | None = None) -> int:
     if args.sequential:
         run_sequential(Path(args.sequential[0]), Path(args.sequential[1]), device)
         return 0
+    if args.phase != "all" and not args.work:
+        parser.error(f"--phase {args.phase} needs --work DIR, shared by the phases")
     # Wide enough for the per-candidate table when the output goes to a file.
     console = Console(width=None if sys.stdout.isatty() else 200)
     with tempfile.TemporaryDirectory(prefix="cudaagent-throughput-") as temporary:
         work = Path(args.work or temporary)
-        variants = write_candidates(work / "candidates", device, args.count)
+        variants = load_or_write_candidates(work, device, args.count)
         pairs = pair_solutions(load_flat(EXAMPLES_PROBLEMS), work / "candidates").pairs
-        console.print(f"{len(pairs)} fresh candidates on {device}; harness first, then the sequential loop")
-        harness_s, outcome = run_harness(pairs, work, device, args.workers, console)
-        sequential_s, sequential = run_sequential_process(pairs, work, device)
-        report = compare_runs(variants, outcome.new_results, sequential, harness_s, sequential_s,
-                              outcome.workers, console)
+        if args.phase in ("all", "harness"):
+            console.print(f"{len(pairs)} fresh candidates on {device}: the harness")
+            harness_s, outcome = run_harness(pairs, work, device, args.workers, console)
+            save_wall(work, "harness", harness_s, workers=outcome.workers)
+        if args.phase in ("all", "sequential"):
+            console.print(f"{len(pairs)} fresh candidates on {device}: the sequential loop")
+            sequential_s, _ = run_sequential_process(pairs, work, device)
+            save_wall(work, "sequential", sequential_s)
+        if args.phase not in ("all", "report"):
+            return 0
+        walls = load_walls(work)
+        missing = [half for half in ("harness", "sequential") if half not in walls]
+        if missing:
+            console.print(f"[red]{work} has no {' or '.join(missing)} run yet: run --phase {missing[0]} first")
+            return 2
+        harness_results = [Result.from_json(line) for line in
+                           (work / "harness" / "results.jsonl").read_text().splitlines() if line.strip()]
+        sequential = json.loads((work / "sequential.json").read_text())
+        report = compare_runs(variants, harness_results, sequential, walls["harness"]["wall_s"],
+                              walls["sequential"]["wall_s"], walls["harness"]["workers"], console)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     return 0 if report["identical_verdicts"] else 1
+
+
+WALLS_FILE = "walls.json"
+
+
+def save_wall(work: Path, half: str, wall_s: float, **extra) -> None:
+    walls = load_walls(work)
+    walls[half] = {"wall_s": wall_s, **extra}
+    (work / WALLS_FILE).write_text(json.dumps(walls, indent=1))
+
+
+def load_walls(work: Path) -> dict:
+    path = work / WALLS_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def load_or_write_candidates(work: Path, device: str, count: int):
+    """The same candidates for every phase: written once, their list kept next to them."""
+    listing = work / "candidates.json"
+    if listing.is_file():
+        return [Variant(**item) for item in json.loads(listing.read_text())]
+    variants = write_candidates(work / "candidates", device, count)
+    listing.write_text(json.dumps([dataclasses.asdict(v) for v in variants]))
+    return variants
 
 
 if __name__ == "__main__":

@@ -59,3 +59,28 @@ def test_fresh_caches_are_empty_directories(tmp_path):
     env = fresh_cache_env(tmp_path)
     assert set(env) == {"CUDAAGENT_CACHE", "TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"}
     assert all(not any((tmp_path / path).iterdir()) for path in env.values())
+
+
+def test_phases_share_one_work_directory(tmp_path, capsys):
+    from benchmark.harness_throughput import load_or_write_candidates, load_walls, main, save_wall
+
+    first = load_or_write_candidates(tmp_path, "cpu", 4)
+    (tmp_path / "candidates" / first[0].file_name).write_text("# edited\n")
+    again = load_or_write_candidates(tmp_path, "cpu", 20)  # the listing wins over a new count
+    assert again == first and (tmp_path / "candidates" / first[0].file_name).read_text() == "# edited\n"
+    save_wall(tmp_path, "harness", 12.5, workers=3)
+    save_wall(tmp_path, "sequential", 40.0)
+    assert load_walls(tmp_path) == {"harness": {"wall_s": 12.5, "workers": 3}, "sequential": {"wall_s": 40.0}}
+    (tmp_path / "walls.json").unlink()
+    assert main(["--device", "cpu", "--phase", "report", "--work", str(tmp_path)]) == 2
+    assert "run --phase harness first" in capsys.readouterr().out
+
+
+def test_a_phase_without_a_work_directory_is_a_usage_error(capsys):
+    import pytest
+
+    from benchmark.harness_throughput import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--device", "cpu", "--phase", "sequential"])
+    assert exit_info.value.code == 2 and "needs --work" in capsys.readouterr().err
