@@ -183,7 +183,7 @@ class Evaluation:
                         "timed_output", f"a {label} call returned a wrong result ({check.error}): "
                         "work skipped, cached or changed when timed")])
                     break
-        stats = TimingStats.from_samples(reply["samples_ms"], reply["device_ms"])
+        stats = TimingStats.from_samples(reply["samples_ms"], reply["device_ms"], reply.get("launch_overlapped"))
         self.result.timing["candidate"] = stats
         if self.device == "cuda":
             self._check_kernels(reply)
@@ -212,7 +212,7 @@ class Evaluation:
                 stats = cache.get(key)
                 if stats is None:
                     reply = worker.request(("baseline", mode, indices), self.config.run_timeout_s)
-                    stats = TimingStats.from_samples(reply["samples_ms"], reply["device_ms"])
+                    stats = TimingStats.from_samples(reply["samples_ms"], reply["device_ms"], reply.get("launch_overlapped"))
                     cache.put(key, stats, self.problem, self.device, mode)
             self.result.timing[mode] = stats
 

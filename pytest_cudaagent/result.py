@@ -33,9 +33,13 @@ class TimingStats:
     iqr_ms: float
     samples: int
     device_ms: float | None = None  # profiler's kernel-duration sum per call, L2 flushed
+    # True: the host launched each call while the L2 flush ran, so launch time is not in
+    # median_ms (all the work stayed on the timing stream); False: the launch is counted.
+    launch_overlapped: bool | None = None
 
     @classmethod
-    def from_samples(cls, samples_ms: list[float], device_ms: float | None = None) -> TimingStats:
+    def from_samples(cls, samples_ms: list[float], device_ms: float | None = None,
+                     launch_overlapped: bool | None = None) -> TimingStats:
         import statistics
 
         ordered = sorted(samples_ms)
@@ -44,7 +48,7 @@ class TimingStats:
             iqr = quartiles[2] - quartiles[0]
         else:
             iqr = ordered[-1] - ordered[0]
-        return cls(statistics.median(ordered), iqr, len(ordered), device_ms)
+        return cls(statistics.median(ordered), iqr, len(ordered), device_ms, launch_overlapped)
 
 
 @dataclass

@@ -137,7 +137,8 @@ def reference_main(conn, spec: dict) -> None:
         timer = Timer(Clock(device), config.timing_config)
         with torch.no_grad(), device_lock(device):
             measurement = timer.measure(fn, content_sets)
-        return {"samples_ms": measurement.samples_ms, "device_ms": measurement.device_ms}
+        return {"samples_ms": measurement.samples_ms, "device_ms": measurement.device_ms,
+                "launch_overlapped": measurement.launch_overlapped}
 
     serve_requests(conn, {"prepare": prepare, "baseline": baseline})
 
@@ -226,6 +227,7 @@ def candidate_main(conn, spec: dict) -> None:
             "samples_ms": measurement.samples_ms,
             "device_ms": measurement.device_ms,
             "device_span_ms": measurement.device_span_ms,
+            "launch_overlapped": measurement.launch_overlapped,
             "kernel_names": measurement.kernel_names,
             "own_kernel_names": own_names,
             "final_outputs": [report["outputs"] for report in timed],

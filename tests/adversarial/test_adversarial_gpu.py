@@ -1,5 +1,5 @@
 """HACKS.md classes that exist only on a GPU: graph replay of PyTorch kernels, host round trips,
-TF32 switched on, work left on a side stream; and honest GPU kernels that must pass."""
+TF32 switched on, work on side streams; and honest GPU kernels that must pass."""
 
 from pathlib import Path
 
@@ -25,17 +25,29 @@ def test_gpu_cheat_is_rejected_with_its_rule(name, rule):
     assert rule in {v.rule for v in result.violations}, result.summary()
 
 
-def test_work_left_on_a_side_stream_is_timed_honestly():
-    result = evaluate(PROBLEM, HERE / "side_stream_unsynchronised.py", CONFIG)
+@pytest.mark.parametrize("name", ["side_stream_unsynchronised", "side_stream_no_wait"])
+def test_work_on_a_side_stream_is_timed_with_the_launch_counted(name):
+    result = evaluate(PROBLEM, HERE / f"{name}.py", CONFIG)
     assert result.passed, result.summary()
     stats = result.timing["candidate"]
     assert stats.median_ms >= 0.8 * stats.device_ms  # the device-wide sync counted the kernel
+    # The side stream could run during the flush, before the start event: no overlapped launch.
+    assert stats.launch_overlapped is False
 
 
 @pytest.mark.parametrize("name", ["honest_own_stream", "honest_triton_views"])
 def test_honest_gpu_kernels_pass(name):
     result = evaluate(PROBLEM, HERE / f"{name}.py", CONFIG)
     assert result.passed and not result.violations, result.summary()
+
+
+def test_a_kernel_on_the_timing_stream_is_timed_with_its_launch_hidden_under_the_flush():
+    result = evaluate(PROBLEMS / "leaky_relu.py", CUDA_CANDIDATES / "leaky_relu.py", CONFIG)
+    assert result.passed, result.summary()
+    stats = result.timing["candidate"]
+    assert stats.launch_overlapped is True
+    # Launch hidden: the time is the kernel plus the synchronisation's few microseconds.
+    assert stats.median_ms < stats.device_ms + 0.03, (stats.median_ms, stats.device_ms)
 
 
 def test_honest_cublas_gemm_passes():

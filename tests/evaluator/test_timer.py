@@ -86,3 +86,66 @@ def test_timed_calls_run_bare_unless_auditing_every_call_is_asked_for():
     audited_config = dataclasses.replace(CONFIG, audit_timed_calls=True)
     measurement = Timer(Clock("cpu"), audited_config).measure(lambda x: x * 2, sets, audit=counting_audit(every))
     assert len(every) >= len(measurement.samples_ms) + len(sets)
+
+
+class FakeKernel:
+    """What the profiler gives for one GPU event: stream, start, end (ns), name."""
+
+    def __init__(self, stream, start, end, name="k"):
+        self.stream, self.start, self.end, self._name = stream, start, end, name
+
+    def device_resource_id(self):
+        return self.stream
+
+    def start_ns(self):
+        return self.start
+
+    def end_ns(self):
+        return self.end
+
+    def duration_ns(self):
+        return self.end - self.start
+
+    def name(self):
+        return self._name
+
+
+def test_profiled_calls_are_split_at_the_flushes_which_are_not_counted():
+    from pytest_cudaagent.timer import split_calls
+
+    timing, flush = 3, 7  # the marker names the timing stream, the first flush the flush stream
+    events = [
+        FakeKernel(timing, 0, 10, "marker"),
+        FakeKernel(flush, 20, 100, "fill"),
+        FakeKernel(timing, 110, 120, "warm"),  # warm-up call, skipped
+        FakeKernel(flush, 130, 140, "fill"),
+        FakeKernel(timing, 150, 250, "mine"), FakeKernel(timing, 260, 400, "mine"),  # call 1
+        FakeKernel(flush, 450, 550, "fill"),
+        FakeKernel(timing, 600, 1600, "mine"),  # call 2
+        FakeKernel(flush, 1700, 1800, "fill"),
+    ]
+    profiled = split_calls(list(reversed(events)), calls=3, skip=1)
+    assert profiled.device_ms == (240 / 1e6 + 1000 / 1e6) / 2
+    assert profiled.span_ms == (250 / 1e6 + 1000 / 1e6) / 2
+    assert profiled.kernel_names == ["mine", "warm"]  # neither marker nor flush
+    assert profiled.other_streams is False
+
+
+def test_work_on_another_stream_is_counted_and_reported():
+    from pytest_cudaagent.timer import split_calls
+
+    events = [FakeKernel(3, 0, 10), FakeKernel(7, 20, 100), FakeKernel(3, 150, 250, "mine"),
+              FakeKernel(9, 200, 400, "side"), FakeKernel(7, 450, 550)]
+    profiled = split_calls(events, calls=1)
+    assert profiled.device_ms == 300 / 1e6 and profiled.span_ms == 250 / 1e6
+    assert profiled.other_streams is True
+
+
+def test_split_calls_refuses_when_the_flushes_do_not_frame_every_call():
+    import pytest
+
+    from pytest_cudaagent.timer import split_calls
+
+    same_stream = [FakeKernel(0, 0, 100), FakeKernel(0, 150, 250), FakeKernel(0, 300, 400), FakeKernel(0, 500, 600)]
+    with pytest.raises(RuntimeError, match="cannot tell the calls apart"):
+        split_calls(same_stream, calls=2)
