@@ -9,7 +9,7 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/pip.log" 2
 run_section() {
   local section=$1
   case "$section" in
-    evaluator-tests) python3 -m pytest tests/gpu tests/adversarial -m gpu -q -p no:cacheprovider -rA 2>&1 | grep -E "PASSED|FAILED|ERROR|passed|failed|Error" | tail -40 ;;
+    evaluator-tests) python3 -m pytest tests/gpu tests/adversarial -m gpu -q -p no:cacheprovider -rA -n ${TEST_WORKERS:-4} 2>&1 | grep -E "PASSED|FAILED|ERROR|passed|failed|Error|assert" | tail -40 ;;
     graph) python3 -m pytest tests/adversarial/test_adversarial_gpu.py -k graph -q -p no:cacheprovider 2>&1 | tail -3 ;;
     scripted) for p in leaky_relu scale_tanh_mean; do
                 cudaagent solve examples/problems/$p.py --engine scripted --model policy/scripts/cuda --device cuda --out "$OUT/solve_$p" 2>&1 | tail -6
@@ -54,6 +54,11 @@ print(markdown_table(reason_table(f))); print(markdown_table(filter_time_table(f
               python3 benchmark/e2e_jitter.py --problem benchmark/problems/leaky_relu_64m.py \
                 --candidate examples/candidates/cuda/leaky_relu.py --processes 5 $pin
             done ;;
+    spread-pairs) for pair in ${SPREAD_PAIRS:-leaky_relu_64m:leaky_relu linear_bias_relu_4k:linear_bias_relu}; do
+                    python3 benchmark/timing_spread.py --problem benchmark/problems/${pair%%:*}.py \
+                      --candidate examples/candidates/cuda/${pair##*:}.py --repeats 5 ${SPREAD_NCU---ncu} \
+                      --json "$OUT/spread_${pair%%:*}.json"
+                  done ;;
     spread-linear) python3 benchmark/timing_spread.py --problem benchmark/problems/linear_bias_relu_4k.py \
                      --candidate examples/candidates/cuda/linear_bias_relu.py --repeats 5 --ncu \
                      --json "$OUT/spread_linear_bias_relu_4k.json" ;;

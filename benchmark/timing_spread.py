@@ -59,10 +59,13 @@ def main(argv=None) -> int:
 
     config = EvalConfig(device=args.device, baselines=())
     runs = []
+    failures = 0
     for repeat in range(args.repeats):
         result = evaluate(args.problem, args.candidate, config)
-        if not result.passed:
+        if not result.passed:  # reported, and its times still shown: they say why
             print(f"run {repeat}: {result.summary()}", file=sys.stderr)
+            failures += 1
+        if "candidate" not in result.timing:
             return 1
         runs.append(result.timing["candidate"])
     table = Table("run", "end-to-end median ms", "IQR ms", "samples", "device ms",
@@ -72,7 +75,8 @@ def main(argv=None) -> int:
                       "-" if stats.device_ms is None else f"{stats.device_ms:.4f}")
     e2e = [s.median_ms for s in runs]
     device = [s.device_ms for s in runs if s.device_ms is not None]
-    summary = {"candidate": str(args.candidate), "e2e_ms": e2e, "device_ms": device,
+    summary = {"candidate": str(args.candidate), "problem": str(args.problem), "failed_runs": failures,
+               "launch_overlapped": [s.launch_overlapped for s in runs], "e2e_ms": e2e, "device_ms": device,
                "e2e_spread": spread(e2e), "device_spread": spread(device) if device else None}
     table.add_row("spread", f"{summary['e2e_spread']:.2%}", "", "",
                   f"{summary['device_spread']:.2%}" if device else "-")
@@ -83,7 +87,7 @@ def main(argv=None) -> int:
     Console().print(table)
     if args.json:
         args.json.write_text(json.dumps(summary, indent=1))
-    return 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
