@@ -59,6 +59,10 @@ class TimingConfig:
     # what a non-blocking stream runs during the flush; the timing_inconsistent rule compares
     # with the profiled span. False: synchronise before the start event (launch time counted).
     overlap_launch: bool = True
+    # With the launch overlapped, a call ends where its work on the timing stream ends, unless
+    # the device-wide synchronisation came back later than this after it (the host's wake-up
+    # takes ~11 us on an H100): then the synchronised end is the call's end.
+    sync_latency_ms: float = 0.05
     # Also report the profiler's kernel-duration sum (device time); it costs one extra pass.
     device_time: bool = True
     device_time_calls: int = 10

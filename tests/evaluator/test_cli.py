@@ -41,3 +41,20 @@ def test_verify_bad_file_exits_2_with_one_line_error():
 def test_verify_bad_usage_exits_2():
     assert cudaagent("verify", str(SMALL_LEAKY)).returncode == 2
     assert cudaagent("verify", str(SMALL_LEAKY), str(SMALL_LEAKY), "--baselines", "fast").returncode == 2
+
+
+@pytest.mark.parametrize(("flags", "overlap", "audit"), [
+    ([], True, False), (["--count-launch"], False, False), (["--audit-timed-calls"], True, True)])
+def test_verify_timing_flags_reach_the_timing_config(monkeypatch, flags, overlap, audit):
+    from pytest_cudaagent import cli
+    from pytest_cudaagent.result import Result
+
+    seen = {}
+
+    def fake_evaluate(problem, candidate, config):
+        seen["timing"] = config.timing_config
+        return Result(problem=str(problem), candidate=str(candidate), status="incorrect")
+
+    monkeypatch.setattr(cli, "evaluate", fake_evaluate)
+    assert cli.main(["verify", str(SMALL_LEAKY), str(CPU_CANDIDATES / "leaky_relu.py"), "--json", *flags]) == 1
+    assert seen["timing"].overlap_launch is overlap and seen["timing"].audit_timed_calls is audit
