@@ -58,6 +58,9 @@ class AgentLoopEnvironment:
     generation_batch: int = 16
     gpus: list[str] | None = None
     agent_options: dict = field(default_factory=dict)
+    # EvalConfig fields for the tools' and the final evaluations (e.g. {"trials": 5}); the
+    # device is always this environment's.
+    eval_options: dict = field(default_factory=dict)
 
     def __post_init__(self):
         from policy.evaluation_pool import EvaluationPool
@@ -69,28 +72,39 @@ class AgentLoopEnvironment:
     def run_episodes(self, model, tokenizer, rng: random.Random, count: int, rollout_config, step: int) -> list[Rollout]:
         from rich.console import Console
 
-        from policy.agent import AgentConfig
         from policy.engines import SamplingConfig, TransformersEngine
-        from policy.solve import SolveConfig, solve
+        from policy.solve import solve
 
         problems = [rng.choice(self.problem_files) for _ in range(count)]
         out_dir = Path(self.work_dir) / f"step-{step:06d}-{rng.randrange(1 << 30):08x}"
         shutil.rmtree(out_dir, ignore_errors=True)  # a resumed step replays its episodes afresh
-        agent_config = AgentConfig(max_turns=self.max_turns, max_context_tokens=self.max_context_tokens,
-                                   max_new_tokens=rollout_config.max_new_tokens, **self.agent_options)
         engine = TransformersEngine(model, tokenizer, SamplingConfig(temperature=rollout_config.temperature),
                                     max_batch=self.generation_batch)
         try:
             # solve() names episodes by problem and sample, so repeats of a problem get distinct samples.
             outcomes = []
             for sample, chunk in enumerate(_distinct_chunks(problems)):
-                config = SolveConfig(out_dir=out_dir / f"round-{sample}", device=self.device, samples=1,
-                                     parallel_episodes=self.parallel_episodes, agent=agent_config)
+                config = self.solve_config(out_dir / f"round-{sample}", rollout_config.max_new_tokens)
                 outcomes += solve(chunk, engine, config, pool=self.pool, console=Console(quiet=True))
         finally:
             engine.close()
             model.train()  # the engine switched it to eval mode
         return _at_most(count, [rollouts_from_outcome(outcome) for outcome in outcomes])
+
+    def solve_config(self, out_dir: Path, max_new_tokens: int):
+        """One round of episodes: the agent's budgets, and the evaluator on this environment's device
+        (SolveConfig's own default toolbox evaluates on the CPU)."""
+        from policy.agent import AgentConfig
+        from policy.solve import SolveConfig
+        from policy.tools import ToolboxConfig
+
+        from .rewards import evaluator_config
+
+        agent_config = AgentConfig(max_turns=self.max_turns, max_context_tokens=self.max_context_tokens,
+                                   max_new_tokens=max_new_tokens, **self.agent_options)
+        toolbox = ToolboxConfig(eval_config=evaluator_config(self.device, self.eval_options))
+        return SolveConfig(out_dir=out_dir, device=self.device, samples=1, parallel_episodes=self.parallel_episodes,
+                           agent=agent_config, toolbox=toolbox)
 
     def close(self) -> None:
         self.pool.close()

@@ -57,18 +57,20 @@ class CudaSingleTurnEnvironment:
         return None
 
     def score(self, task: Task, assistant_turns: list[str], device: str) -> float:
-        from pytest_cudaagent import BadFileError, EvalConfig, evaluate
+        from pytest_cudaagent import BadFileError, evaluate
+
+        from .rewards import evaluator_config
 
         code = extract_code(assistant_turns[-1])
         if code is None:
             return FAILED_REWARD
         # The scoring pool pins each worker to one GPU, which it sees as "cuda".
-        options = {"device": device if self.device == "cuda" else "cpu", **self.eval_options}
+        config = evaluator_config(device if self.device == "cuda" else "cpu", self.eval_options)
         with tempfile.TemporaryDirectory(prefix="cudaagent-candidate-") as directory:
             candidate = Path(directory) / "candidate.py"
             candidate.write_text(code)
             try:
-                result = evaluate(task.payload["problem"], str(candidate), EvalConfig.from_dict(options))
+                result = evaluate(task.payload["problem"], str(candidate), config)
             except BadFileError:
                 return FAILED_REWARD
         return float(result.reward)

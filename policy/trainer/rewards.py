@@ -73,6 +73,14 @@ class DevicePoolScorer:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+def evaluator_config(device: str, options: dict):
+    """The evaluator's settings for a CUDA environment: EvalConfig's defaults (both baselines, so
+    rewards 2 and 3 are reachable), the config's `eval_options` over them, the given device last."""
+    from pytest_cudaagent import EvalConfig
+
+    return EvalConfig.from_dict({**EvalConfig().to_dict(), **options, "device": device})
+
+
 def scoring_devices(requested: list[str] | None) -> list[str]:
     """The devices to score on: as configured, else every visible GPU, else one CPU worker per
     two cores (the evaluator's own workers need the rest)."""
