@@ -5,7 +5,24 @@ One iteration = generate `--response` tokens for `--batch` prompts of `--prompt`
 PPO update (no-grad passes of actor, reference and critic, `--epochs` epochs of minibatches of
 `--minibatch` episodes in micro-batches of `--micro`). Each implementation runs in its own
 process (fresh accelerate state and CUDA peak-memory counter). TRL is skipped with a message when
-`trl.experimental.ppo` is not importable.
+`trl.experimental.ppo` is not importable (trl==0.29.0 and datasets; see the trainer's README).
+
+Held equal: the model (same seed, same weights), prompts, lengths, epochs, minibatch and
+micro-batch sizes, KL to a reference, AdamW (plain `torch.optim.AdamW`; neither turns gradient
+checkpointing on), bf16 autocast around every forward pass, and the whole batch generated at
+once. For the autocast, TRL's own Accelerator is told bf16 through ACCELERATE_MIXED_PRECISION
+(transformers 5 no longer passes its `bf16` flag on), and its no-grad passes of the reference,
+value and reward models are put under autocast as ours are. For the generation,
+`local_rollout_forward_batch_size` = `--batch`, which in TRL also sizes those no-grad passes
+(ours runs them in micro-batches).
+
+What differs is each trainer's own design: TRL scores with a reward model (a one-layer one
+here), ours takes the episodes' rewards as given (random ones here: the evaluator's cost is in
+neither row); TRL takes the old log-probs from the sampler's logits, ours recomputes them with a
+forward pass of the actor; TRL steps its optimizer once accelerate has accumulated
+`--batch / --micro` micro-batches, ours once per minibatch, and clips gradients; TRL always
+generates `--response` tokens, ours stops a sequence at end-of-turn (token 1, which a random
+model almost never emits).
 
     python -m benchmark.ppo_throughput                       # H100: both, printed table
     python -m benchmark.ppo_throughput --json ppo.json
@@ -108,7 +125,8 @@ def run_ours(args) -> dict:
         iteration_seconds.append(time.perf_counter() - start)
         generation_seconds.append(generated - start)
         sequence_tokens.append(sum(len(r.token_ids) for r in rollouts))
-    return _summary("cuda-agent", args, iteration_seconds, generation_seconds, sequence_tokens)
+    return _summary("cuda-agent", args, iteration_seconds, generation_seconds, sequence_tokens,
+                    accelerator.mixed_precision)
 
 
 def run_trl(args) -> dict:
@@ -123,6 +141,10 @@ def run_trl(args) -> dict:
 
     import torch
 
+    # TRL's PPOTrainer builds its own Accelerator, which takes the precision from this variable
+    # (transformers 5's TrainingArguments no longer exports its `bf16` flag there). This worker
+    # is its own process, so the setting stays here.
+    os.environ["ACCELERATE_MIXED_PRECISION"] = "bf16" if args.bf16 else "no"
     policy = random_policy(args)
     reference = copy.deepcopy(policy)
     torch.manual_seed(args.seed)
@@ -149,20 +171,41 @@ def run_trl(args) -> dict:
             output_dir=output_dir, per_device_train_batch_size=args.micro,
             gradient_accumulation_steps=args.batch // args.micro, num_mini_batches=args.batch // args.minibatch,
             num_ppo_epochs=args.epochs, response_length=args.response, total_episodes=total,
-            local_rollout_forward_batch_size=args.micro, stop_token=None, temperature=1.0,
+            # The whole batch generated at once, as ours does.
+            local_rollout_forward_batch_size=args.batch, stop_token=None, temperature=1.0,
             missing_eos_penalty=None, kl_coef=0.05, learning_rate=1e-6, bf16=args.bf16, report_to=[],
+            # Ours uses torch.optim.AdamW as it comes, not the fused one.
+            optim="adamw_torch",
             save_strategy="no", num_sample_generations=0, disable_tqdm=True, logging_steps=1,
             use_cpu=not torch.cuda.is_available(), seed=args.seed,
         )
         trainer = PPOTrainer(args=ppo_args, processing_class=tokenizer, model=policy, ref_model=reference,
                              reward_model=reward_model, train_dataset=dataset, value_model=value_model,
                              callbacks=[StepClock()])
+        # TRL autocasts only the model it prepared (policy and value model, when training); its
+        # no-grad passes of the reference, value and reward models (it calls their backbones and
+        # score heads directly) would run in fp32 where ours run in bf16.
+        for module in (reference, value_model.model, value_model.score, reward_model.model, reward_model.score):
+            _autocast_each_call(module, trainer.accelerator)
         start = time.perf_counter()
         trainer.train()
+        mixed_precision = trainer.accelerator.mixed_precision
     bounds = [start] + step_ends
     iteration_seconds = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
     tokens = [args.batch * (args.prompt + args.response)] * len(iteration_seconds)
-    return _summary("trl", args, iteration_seconds, None, tokens)
+    return _summary("trl", args, iteration_seconds, None, tokens, mixed_precision)
+
+
+def _autocast_each_call(module, accelerator) -> None:
+    # Per call, as accelerate wraps a prepared model: autocast's cache of bf16 weight copies is
+    # dropped when the outermost autocast exits, so no call sees weights from before an update.
+    forward = module.forward
+
+    def autocast_forward(*args, **kwargs):
+        with accelerator.autocast():
+            return forward(*args, **kwargs)
+
+    module.forward = autocast_forward
 
 
 def _trl_tokenizer(args):
@@ -182,13 +225,15 @@ def _synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def _summary(name, args, iteration_seconds, generation_seconds, sequence_tokens) -> dict:
+def _summary(name, args, iteration_seconds, generation_seconds, sequence_tokens, mixed_precision) -> dict:
     measured = slice(args.warmup, None)
     seconds = iteration_seconds[measured] or iteration_seconds
     tokens = sequence_tokens[measured] or sequence_tokens
     mean_seconds = sum(seconds) / len(seconds)
     record = {
         "implementation": name,
+        # What the trainer's Accelerator actually ran with (a check that both ran alike).
+        "precision": mixed_precision,
         "iterations": len(seconds),
         "iteration_s": mean_seconds,
         "tokens_per_s": sum(tokens) / sum(seconds),
@@ -206,8 +251,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--impl", choices=(*IMPLEMENTATIONS, "both"), default="both",
                         help="which trainer to time (default both, each in its own process)")
-    parser.add_argument("--hidden", type=int, default=768, help="hidden size (default 768: ~110M parameters)")
-    parser.add_argument("--layers", type=int, default=12, help="transformer layers (default 12)")
+    parser.add_argument("--hidden", type=int, default=768,
+                        help="hidden size (default 768; with the default layers and vocabulary ~100M parameters)")
+    parser.add_argument("--layers", type=int, default=8, help="transformer layers (default 8)")
     parser.add_argument("--vocab", type=int, default=32000, help="vocabulary size (default 32000)")
     parser.add_argument("--batch", type=int, default=64, help="episodes per iteration (default 64)")
     parser.add_argument("--minibatch", type=int, default=16, help="episodes per optimizer step (default 16)")
@@ -259,10 +305,28 @@ def main(argv=None) -> int:
     for record in records:
         if "skipped" in record:
             print(f"{record['implementation']}: skipped: {record['skipped']}")
+    comparison = compare(records)
+    if comparison:
+        print(f"cuda-agent vs trl: {comparison['speedup_vs_trl']:.2f}x TRL's speed (TRL's iteration time / ours; "
+              f"above 1: ours is faster), tokens/s ratio {comparison['tokens_per_s_ratio']:.2f}"
+              + (f", peak memory ratio {comparison['peak_memory_ratio']:.2f}" if "peak_memory_ratio" in comparison else ""))
     if args.json:
         args.json.write_text(json.dumps({"parameters": parameters, "settings": vars(args) | {"json": str(args.json)},
-                                         "records": records}, indent=2, default=str))
+                                         "records": records, "comparison": comparison}, indent=2, default=str))
     return 0
+
+
+def compare(records: list[dict]) -> dict:
+    """Ours relative to TRL, when both ran: speed as TRL's iteration time over ours."""
+    ran = {r["implementation"]: r for r in records if "skipped" not in r}
+    if set(ran) != set(IMPLEMENTATIONS):
+        return {}
+    ours, trl = ran["cuda-agent"], ran["trl"]
+    comparison = {"speedup_vs_trl": trl["iteration_s"] / ours["iteration_s"],
+                  "tokens_per_s_ratio": ours["tokens_per_s"] / trl["tokens_per_s"]}
+    if ours["peak_memory_gib"] and trl["peak_memory_gib"]:
+        comparison["peak_memory_ratio"] = ours["peak_memory_gib"] / trl["peak_memory_gib"]
+    return comparison
 
 
 def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
