@@ -66,12 +66,19 @@ print(markdown_table(reason_table(f))); print(markdown_table(filter_time_table(f
                           --phase harness ;;
     # The sequential loop builds 20 extensions one after the other (over ten minutes): started in
     # the background, its process group outlives this call; `throughput-report` waits for it.
-    throughput-sequential) setsid nohup python3 -m benchmark.harness_throughput --device cuda --count 20 \
+    throughput-sequential) mkdir -p /tmp/throughput
+                           setsid nohup python3 -m benchmark.harness_throughput --device cuda --count 20 \
                              --work /tmp/throughput --phase sequential > /tmp/throughput/sequential.log 2>&1 &
-                           echo "sequential loop started in the background" ;;
-    throughput-report) while pgrep -f "phase sequential" > /dev/null; do sleep 10; done
-                       tail -3 /tmp/throughput/sequential.log
-                       python3 -m benchmark.harness_throughput --device cuda --work /tmp/throughput --phase report \
+                           echo $! > /tmp/throughput/sequential.pid
+                           echo "sequential loop started in the background (pid $(cat /tmp/throughput/sequential.pid))" ;;
+    # Waits for the background loop, at most WAIT_S seconds (default: until it ends).
+    throughput-wait) waited=0
+                     while kill -0 "$(cat /tmp/throughput/sequential.pid)" 2>/dev/null && [ "$waited" -lt "${WAIT_S:-100000}" ]; do
+                       sleep 5; waited=$((waited + 5))
+                     done
+                     kill -0 "$(cat /tmp/throughput/sequential.pid)" 2>/dev/null && echo "still running after ${waited} s" || echo "sequential loop done"
+                     tail -3 /tmp/throughput/sequential.log ;;
+    throughput-report) python3 -m benchmark.harness_throughput --device cuda --work /tmp/throughput --phase report \
                          --json "$OUT/throughput.json" ;;
     *) echo "unknown section $section" ;;
   esac
