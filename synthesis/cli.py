@@ -31,8 +31,12 @@ def _add_filter_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-ms", type=float, default=100.0, help="eager runtime ceiling (paper: 100 ms)")
     parser.add_argument("--no-compile", action="store_true",
                         help="skip the torch.compile filter (quick local checks only)")
-    parser.add_argument("--task-timeout", type=float, default=300.0,
-                        help="seconds one task may take in a filter worker")
+    parser.add_argument("--max-task-gib", type=float, default=FilterConfig.max_task_bytes / 2**30,
+                        help="memory one forward may need at the scaled batch (inputs, "
+                             "intermediates, outputs), per worker")
+    parser.add_argument("--task-timeout", type=float, default=PoolConfig.task_timeout_s,
+                        help="seconds one task may take in a filter worker (then the worker is "
+                             "replaced and the task dropped as timeout)")
 
 
 def _filter_config(args) -> FilterConfig:
@@ -43,7 +47,8 @@ def _filter_config(args) -> FilterConfig:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.min_ms >= args.max_ms:
         raise SystemExit(f"--min-ms {args.min_ms} must be below --max-ms {args.max_ms}")
-    return FilterConfig(device=device, min_ms=args.min_ms, max_ms=args.max_ms, compile=not args.no_compile)
+    return FilterConfig(device=device, min_ms=args.min_ms, max_ms=args.max_ms, compile=not args.no_compile,
+                        max_task_bytes=int(args.max_task_gib * 2**30))
 
 
 def _add_crawl(commands) -> None:
@@ -104,6 +109,9 @@ def _add_run(commands) -> None:
     parser.add_argument("--workers", type=int, default=1, help="filter worker processes")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs to spread the workers over")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out")
+    parser.add_argument("--stop-after", type=float, default=None, metavar="SECONDS",
+                        help="propose no new candidate after this many seconds; those in flight "
+                             "finish and the summary is written (--resume continues the run)")
     parser.add_argument("--catalogue", type=Path, default=None,
                         help="seed-operator catalogue (default: OUT/catalogue.json, crawled when missing)")
     parser.add_argument("--transformers-models", type=int, default=None,
@@ -118,18 +126,19 @@ def _add_run(commands) -> None:
 
 def run_run(args) -> int:
     from .compose import ComposerConfig
-    from .pipeline import SynthConfig, load_or_crawl_catalogue, run_synthesis
+    from .pipeline import SynthConfig, load_or_crawl_catalogue, run_synthesis, stop_on_sigterm
 
     console = Console(stderr=True)
     config = SynthConfig(
         count=args.count, out_dir=args.out, seed=args.seed, kernelbench=args.kernelbench,
         similarity=args.similarity, catalogue=args.catalogue,
         transformers_models=args.transformers_models, resume=args.resume,
-        filters=_filter_config(args),
+        stop_after_s=args.stop_after, filters=_filter_config(args),
         pool=PoolConfig(workers=args.workers, task_timeout_s=args.task_timeout, gpus=args.gpus),
         composer=ComposerConfig(max_ops=args.max_ops, dtypes=tuple(args.dtypes.split(","))),
     )
     proposer = None
+    stop_on_sigterm()
     try:
         if args.llm_engine:
             from .llm_composer import EngineAdapter, LLMComposer
@@ -157,7 +166,7 @@ def _add_check(commands) -> None:
 
 
 def check_file(problem: Path, filters: FilterConfig, kernelbench: Path | None = None,
-               similarity: float = 0.8, task_timeout_s: float = 300.0) -> dict:
+               similarity: float = 0.8, task_timeout_s: float = PoolConfig.task_timeout_s) -> dict:
     """Every filter on one problem file, the runtime ones in a worker process."""
     from .contamination import ContaminationIndex, load_kernelbench_index
     from .pipeline import static_checks

@@ -2,6 +2,7 @@
 deterministic, not degenerate, a workload inside the runtime window (scaling the batch to get
 there), and runs under torch.compile with matching outputs. `check_task` runs them in order,
 cheapest first, and stops at the first failure; torch.compile runs last, only on survivors.
+Each stage's seconds, and the seconds spent waiting for the device lock, go into the outcome.
 
 Runs inside a filter worker (filter_worker.py), never in the pipeline's own process: the source
 is generated code.
@@ -10,11 +11,13 @@ is generated code.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import math
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,15 +36,16 @@ REASONS = (
     "bad_format", "stochastic_operator", "contaminated_kernelbench", "duplicate", "eager_error",
     "bad_output", "nan_or_inf", "nondeterministic", "constant_output", "nearly_constant_output",
     "input_independent", "workload_too_fast", "workload_too_slow", "compile_error",
-    "compile_mismatch", "timeout", "crashed",
+    "compile_mismatch", "out_of_memory", "timeout", "crashed",
 )
 
 
 def _fast_timing() -> TimingConfig:
     # A filter needs to know whether a task lands in a window a hundredfold wide, not its time to
-    # a percent: short budgets, two rotating inputs, no profiler pass.
-    return TimingConfig(warmup_ms=10.0, repeat_ms=40.0, min_samples=5, max_samples=200,
-                        rotating_inputs=2, device_time=False)
+    # a percent: short budgets (every worker waits while one times), no profiler pass, and one
+    # input set: the task's own model cannot memoise, and a second set would double the memory.
+    return TimingConfig(warmup_ms=5.0, repeat_ms=20.0, min_samples=5, max_samples=100,
+                        rotating_inputs=1, device_time=False)
 
 
 @dataclass
@@ -50,15 +54,22 @@ class FilterConfig:
     min_ms: float = 1.0  # the paper's workload window for eager runtime
     max_ms: float = 100.0
     compile: bool = True  # the torch.compile filter (the costly one; off only in quick tests)
-    input_sets: int = 3  # distinct inputs, for the dependence check and the timing rotation
+    input_sets: int = 3  # distinct inputs at the starting batch, for the dependence check
     # The evaluator's tolerances decide what a cheat could pass with: an output that a constant,
     # or another input's output, matches on this share of elements is degenerate.
     degenerate_fraction: float = 0.99
     # Two runs on one input may differ by reduction order (atomics), never by a random draw.
     determinism_tolerance: float = 1e-4
     max_scale_steps: int = 8
-    max_batch: int = 1 << 20
-    max_input_bytes: int = 4 << 30  # the scaled inputs must fit the device with room to spare
+    max_batch: int = 1 << 24  # a sanity bound; the memory ceiling below is what binds
+    # Memory one forward may need at the scaled batch: inputs, intermediates and outputs. A worker
+    # holds up to ~1.5 times that while it times eager (plus a copy of the inputs), and about half
+    # of it while it compiles (the inputs and the eager outputs kept for the comparison), which is
+    # most of a task's time; 14 workers share one 80 GB H100 with ~1 GB of context and timer
+    # buffers each. Tasks that cannot reach the window inside it (one or two memory-bound
+    # kernels) are dropped as too fast: by a roofline estimate over composed tasks, about 38%
+    # at 3 GiB, 53% at 2 GiB.
+    max_task_bytes: int = 3 << 30
     timing: TimingConfig = field(default_factory=_fast_timing)
 
     def to_dict(self) -> dict:
@@ -72,9 +83,17 @@ class FilterConfig:
 
     @property
     def target_ms(self) -> float:
-        # Aim low in the window (filtering is paid per call), but far enough from the floor that
-        # timing noise does not push the final measurement out.
-        return min(math.sqrt(self.min_ms * self.max_ms), 4 * self.min_ms)
+        # Aim low in the window: every timed filter call (under the device lock, while the other
+        # workers wait) and every later evaluation of the kept task pays for the runtime, and a
+        # bigger batch needs more memory on a GPU that the workers share.
+        return min(math.sqrt(self.min_ms * self.max_ms), 2 * self.min_ms)
+
+    @property
+    def accepted_estimate_ms(self) -> tuple[float, float]:
+        """Quick estimates the batch search stops at: far enough above the floor that the final
+        measurement's noise keeps the task in the window, and within a few times the target, so
+        a batch that overshot is scaled back down."""
+        return min(1.25 * self.min_ms, self.target_ms), min(self.max_ms, 4 * self.target_ms)
 
 
 @dataclass
@@ -88,7 +107,8 @@ class FilterOutcome:
     batch_size: int | None = None  # after workload scaling
     output_shapes: list[list[int]] = field(default_factory=list)
     source: str = ""  # the source as kept (its batch size scaled)
-    filter_seconds: dict[str, float] = field(default_factory=dict)
+    filter_seconds: dict[str, float] = field(default_factory=dict)  # stage -> seconds, in the worker
+    lock_wait_seconds: float = 0.0  # of those, waiting for the device lock (workload and compile)
 
     def fail(self, reason: str, detail: str = "") -> FilterOutcome:
         self.reasons.append(reason)
@@ -138,35 +158,77 @@ def with_batch_size(source: str, batch: int) -> str:
 
 
 class LoadedTask:
-    """A task imported from its source, its model built and its input sets drawn."""
+    """A task imported from its source, its model built and its input sets drawn.
+
+    The first load builds on the host and moves to the device, as the evaluator's reference
+    does. Loads at a scaled batch build on the device directly (`on_device`) and draw one input
+    set: on the host, torch.randn takes ~16 ns per element on one core, so a gigabyte of inputs
+    took seconds per set, and every worker held that much host memory while it did."""
 
     _counter = 0
 
-    def __init__(self, source: str, config: FilterConfig, workdir: Path):
+    def __init__(self, source: str, config: FilterConfig, workdir: Path, input_sets: int | None = None,
+                 on_device: bool = False):
         LoadedTask._counter += 1
         path = workdir / f"task_{LoadedTask._counter}.py"
         path.write_text(source)
         self.module = import_file(path, f"cudaagent_synth_task_{LoadedTask._counter}")
         self.device = config.device
-        torch.manual_seed(0)
-        self.model = self.module.Model(*self.module.get_init_inputs()).to(self.device).eval()
         self.input_sets = []
-        for index in range(config.input_sets):
-            torch.manual_seed(1000 + index)
-            self.input_sets.append(
-                [v.to(self.device) if isinstance(v, torch.Tensor) else v for v in self.module.get_inputs()]
-            )
+        with torch.device(self.device) if on_device else contextlib.nullcontext():
+            torch.manual_seed(0)
+            self.model = self.module.Model(*self.module.get_init_inputs()).to(self.device).eval()
+            for index in range(config.input_sets if input_sets is None else input_sets):
+                torch.manual_seed(1000 + index)
+                self.input_sets.append(
+                    [v.to(self.device) if isinstance(v, torch.Tensor) else v for v in self.module.get_inputs()]
+                )
 
     def run(self, fn, index: int) -> list:
         with torch.no_grad():
             return as_output_list(fn(*self.input_sets[index]))
 
-    def input_bytes(self) -> int:
-        return sum(v.numel() * v.element_size() for s in self.input_sets[:1] for v in s if isinstance(v, torch.Tensor))
+
+def _nbytes(values: list) -> int:
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
-def _cpu(outputs: list) -> list:
-    return [o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in outputs]
+def _kept(outputs: list) -> list:
+    # Copies on the device: the checks on them run there, without a trip through the host (a
+    # model may return a buffer that its next call overwrites, hence copies).
+    return [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in outputs]
+
+
+class StageClock:
+    """Seconds per filter stage and seconds spent waiting for the device lock, into the outcome;
+    and each stage's start, with what it is doing, to `on_stage(stage, detail)`, so a task that
+    never finishes (killed at its timeout, or with the run) still shows where it was."""
+
+    def __init__(self, outcome: FilterOutcome, on_stage: Callable[[str, str], None] | None = None):
+        self.outcome = outcome
+        self.on_stage = on_stage
+        self.stage = ""
+        self.started = time.perf_counter()
+
+    def begin(self, stage: str) -> None:
+        self.stage, self.started = stage, time.perf_counter()
+        self.note()
+
+    def note(self, detail: str = "") -> None:
+        if self.on_stage is not None:
+            self.on_stage(self.stage, detail)
+
+    def end(self, passed: bool = True) -> None:
+        seconds = self.outcome.filter_seconds
+        seconds[self.stage] = seconds.get(self.stage, 0.0) + time.perf_counter() - self.started
+        self.outcome.checks[self.stage] = "pass" if passed else "fail"
+
+    @contextlib.contextmanager
+    def device_lock(self, device: str):
+        waiting = time.perf_counter()
+        with device_lock(device):
+            self.outcome.lock_wait_seconds += time.perf_counter() - waiting
+            yield
 
 
 def _matching_fraction(expected: list, actual: list, tolerances=DEFAULT_TOLERANCES) -> float:
@@ -174,6 +236,26 @@ def _matching_fraction(expected: list, actual: list, tolerances=DEFAULT_TOLERANC
     if trial.error and not trial.mismatches:  # shape or type differs: nothing matches
         return 0.0
     return 1.0 - trial.mismatches / max(trial.numel, 1)
+
+
+def compare_in_chunks(expected: list, actual: list, chunk: int = 1 << 24) -> str | None:
+    """What differs between two output lists on one device, within the evaluator's tolerances,
+    or None. Compared a slice at a time: the comparison's temporaries are several times the size
+    compared, and scaled outputs can be gigabytes on a GPU that other workers share."""
+    if len(expected) != len(actual) or not all(
+            type(a) is torch.Tensor and a.shape == e.shape and a.dtype == e.dtype
+            for e, a in zip(expected, actual, strict=True)):
+        return compare_outputs(0, expected, actual, DEFAULT_TOLERANCES).error or "outputs differ"
+    mismatches, numel, worst = 0, 0, 0.0
+    for want, got in zip(expected, actual, strict=True):
+        want, got = want.reshape(-1), got.reshape(-1)
+        for start in range(0, want.numel(), chunk):
+            trial = compare_outputs(0, [want[start:start + chunk]], [got[start:start + chunk]], DEFAULT_TOLERANCES)
+            mismatches, worst = mismatches + trial.mismatches, max(worst, trial.max_abs_error)
+        numel += want.numel()
+    if mismatches:
+        return f"{mismatches} of {numel} elements outside tolerance (max abs error {worst:.3g})"
+    return None
 
 
 def check_outputs(outputs: list) -> None:
@@ -189,7 +271,7 @@ def check_outputs(outputs: list) -> None:
 
 def check_deterministic(task: LoadedTask, first: list, config: FilterConfig) -> None:
     torch.manual_seed(987654321)  # another RNG state: a random draw in forward shows here
-    again = _cpu(task.run(task.model, 0))
+    again = _kept(task.run(task.model, 0))
     tolerance = Tolerance(config.determinism_tolerance, config.determinism_tolerance)
     trial = compare_outputs(0, first, again, {k: tolerance for k in DEFAULT_TOLERANCES})
     if not trial.correct:
@@ -220,42 +302,53 @@ def check_not_degenerate(outputs_per_set: list[list], config: FilterConfig) -> N
             )
 
 
-def _quick_ms(task: LoadedTask, clock: Clock) -> float:
-    """A cheap estimate for choosing the batch: median of three calls after one warm-up."""
-    with torch.no_grad(), device_lock(task.device):
-        task.run(task.model, 0)
+def forward_bytes(task: LoadedTask) -> int:
+    """Runs the forward once and returns the memory it needed: inputs, intermediates, outputs
+    (on the CPU, which keeps no allocator statistics, inputs and outputs only)."""
+    input_bytes = _nbytes(task.input_sets[0])
+    if task.device != "cuda":
+        return input_bytes + _nbytes(task.run(task.model, 0))
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    task.run(task.model, 0)
+    return input_bytes + torch.cuda.max_memory_allocated() - before
+
+
+def quick_estimate(task: LoadedTask, clock: Clock, stages: StageClock) -> tuple[float, int]:
+    """A cheap estimate for choosing the batch (median of three calls), and the bytes one forward
+    needs. The first call at a new batch (allocations, library set-up) runs outside the lock."""
+    needed_bytes = forward_bytes(task)
+    with torch.no_grad(), stages.device_lock(task.device):
         clock.synchronize()
         times = [clock.time_call_ms(lambda: task.model(*task.input_sets[0]))[0] for _ in range(3)]
-    return statistics.median(times)
+    return statistics.median(times), needed_bytes
 
 
-def scale_workload(source: str, task: LoadedTask, config: FilterConfig, clock: Clock, workdir: Path):
-    """Scale the batch until a quick estimate lands in the window. Returns (source, task)."""
+def scale_workload(source: str, task: LoadedTask, config: FilterConfig, clock: Clock, workdir: Path,
+                   stages: StageClock):
+    """Scale the batch until a quick estimate lands low in the window, inside the memory ceiling.
+    Returns (source, task)."""
     batch = batch_size_of(source)
+    low, high = config.accepted_estimate_ms
     for _ in range(config.max_scale_steps):
-        estimate = _quick_ms(task, clock)
-        if config.min_ms <= estimate <= config.max_ms or batch is None:
-            return source, task
-        wanted = batch * config.target_ms / max(estimate, 1e-4)
-        per_sample_bytes = task.input_bytes() / batch
-        ceiling = min(config.max_batch, int(config.max_input_bytes / max(per_sample_bytes, 1)))
-        new_batch = max(1, min(ceiling, round(wanted)))
+        estimate, needed_bytes = quick_estimate(task, clock, stages)
+        stages.note(f"batch {batch}: {estimate:.3g} ms, {needed_bytes / 2**20:.0f} MiB")
+        if low <= estimate <= high or batch is None:
+            break
+        wanted = round(batch * config.target_ms / max(estimate, 1e-4))
+        ceiling = min(config.max_batch, int(config.max_task_bytes * batch / max(needed_bytes, 1)))
+        new_batch = max(1, min(ceiling, wanted))
         if new_batch == batch:
             break
-        candidate_source = with_batch_size(source, new_batch)
-        try:
-            candidate = LoadedTask(candidate_source, config, workdir)
-        except torch.OutOfMemoryError:
-            if new_batch < batch:
-                raise
-            break  # cannot grow further: the final measurement decides
-        del task
-        source, task, batch = candidate_source, candidate, new_batch
+        source, batch = with_batch_size(source, new_batch), new_batch
+        task = None  # the previous batch's memory goes before the next one is drawn
+        task = LoadedTask(source, config, workdir, input_sets=1, on_device=True)
     return source, task
 
 
-def measure_ms(task: LoadedTask, fn, timer: Timer) -> tuple[float, list]:
-    with torch.no_grad(), device_lock(task.device):
+def measure_ms(task: LoadedTask, fn, timer: Timer, stages: StageClock) -> tuple[float, list]:
+    with torch.no_grad(), stages.device_lock(task.device):
         measurement = timer.measure(fn, task.input_sets[: max(1, timer.config.rotating_inputs)])
     return statistics.median(measurement.samples_ms), measurement.final_outputs
 
@@ -269,83 +362,94 @@ def check_workload(eager_ms: float, config: FilterConfig) -> None:
                            f"eager {eager_ms:.3g} ms > {config.max_ms} ms at the smallest batch tried")
 
 
-def check_compile(task: LoadedTask, timer: Timer) -> float:
-    """Compile, compare with eager on the final inputs, time. Returns compile_ms."""
+def check_compile(task: LoadedTask, expected: list, timer: Timer, stages: StageClock) -> float:
+    """Compile for the one shape it will see, compare with eager's outputs on input set 0 (on the
+    device), time. Returns compile_ms."""
     import torch._dynamo
 
-    expected = _cpu(task.run(task.model, 0))
     try:
         try:
-            compiled = torch.compile(task.model)
-            actual = _cpu(task.run(compiled, 0))
+            compiled = torch.compile(task.model, dynamic=False)
+            actual = task.run(compiled, 0)
+        except torch.OutOfMemoryError:
+            raise
         except Exception as error:
             raise FilterFailed("compile_error", f"{type(error).__name__}: {str(error)[:400]}") from None
-        trial = compare_outputs(0, expected, actual, DEFAULT_TOLERANCES)
-        if not trial.correct:
-            raise FilterFailed("compile_mismatch", trial.error or "outputs differ")
-        compile_ms, _ = measure_ms(task, compiled, timer)
+        mismatch = compare_in_chunks(expected, actual)
+        del actual
+        if mismatch:
+            raise FilterFailed("compile_mismatch", mismatch)
+        stages.note("timing")
+        try:
+            compile_ms, _ = measure_ms(task, compiled, timer, stages)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as error:
+            raise FilterFailed("compile_error", f"while timing: {type(error).__name__}: {str(error)[:400]}") from None
     finally:
         torch._dynamo.reset()  # this worker compiles thousands of models: drop their caches
     return compile_ms
 
 
 def check_task(source: str, config: FilterConfig, clock: Clock | None = None,
-               timer: Timer | None = None, workdir: Path | None = None) -> FilterOutcome:
-    """Every runtime filter, cheapest first; the first failure ends the check."""
+               timer: Timer | None = None, workdir: Path | None = None,
+               on_stage: Callable[[str, str], None] | None = None) -> FilterOutcome:
+    """Every runtime filter, cheapest first; the first failure ends the check. `on_stage(stage,
+    detail)` hears each stage start and progress note."""
     clock = clock or Clock(config.device)
     timer = timer or Timer(clock, config.timing)
     outcome = FilterOutcome(source=source, batch_size=batch_size_of(source))
+    stages = StageClock(outcome, on_stage)
     temporary = None
     if workdir is None:
         temporary = tempfile.TemporaryDirectory(prefix="cudaagent-synth-")
         workdir = Path(temporary.name)
-    stage = "eager"
-    started = time.perf_counter()
-
-    def finish_stage(name: str) -> None:
-        nonlocal started
-        outcome.filter_seconds[name] = outcome.filter_seconds.get(name, 0.0) + time.perf_counter() - started
-        outcome.checks[name] = "pass"
-        started = time.perf_counter()
-
     try:
+        stages.begin("eager")
         try:
             task = LoadedTask(source, config, workdir)
-            outputs = [_cpu(task.run(task.model, i)) for i in range(config.input_sets)]
-        except FilterFailed:
+            outputs = [_kept(task.run(task.model, i)) for i in range(config.input_sets)]
+        except torch.OutOfMemoryError:
             raise
         except Exception as error:
             raise FilterFailed("eager_error", f"{type(error).__name__}: {str(error)[:400]}") from None
         check_outputs(outputs[0])
-        finish_stage("eager")
-        stage = "deterministic"
+        stages.end()
+        stages.begin("deterministic")
         check_deterministic(task, outputs[0], config)
-        finish_stage("deterministic")
-        stage = "degenerate"
+        stages.end()
+        stages.begin("degenerate")
         for other in outputs[1:]:
             check_outputs(other)
         check_not_degenerate(outputs, config)
-        finish_stage("degenerate")
-        stage = "workload"
-        source, task = scale_workload(source, task, config, clock, workdir)
-        outcome.source, outcome.batch_size = source, batch_size_of(source)
-        outcome.eager_ms, final_outputs = measure_ms(task, task.model, timer)
+        del outputs
+        stages.end()
+        stages.begin("workload")
+        try:
+            source, task = scale_workload(source, task, config, clock, workdir, stages)
+            outcome.source, outcome.batch_size = source, batch_size_of(source)
+            outcome.eager_ms, final_outputs = measure_ms(task, task.model, timer, stages)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as error:  # a size limit of some kernel, met at a scaled batch
+            raise FilterFailed("eager_error", f"while scaling the batch: {type(error).__name__}: "
+                                              f"{str(error)[:400]}") from None
         check_workload(outcome.eager_ms, config)
-        check_outputs(as_output_list(final_outputs[0]))
-        outcome.output_shapes = [list(o.shape) for o in as_output_list(final_outputs[0])]
-        finish_stage("workload")
+        eager_outputs = as_output_list(final_outputs[0])
+        check_outputs(eager_outputs)
+        outcome.output_shapes = [list(o.shape) for o in eager_outputs]
+        stages.end()
         if config.compile:
-            stage = "compile"
-            outcome.compile_ms = check_compile(task, timer)
-            finish_stage("compile")
+            stages.begin("compile")
+            outcome.compile_ms = check_compile(task, eager_outputs, timer, stages)
+            stages.end()
         outcome.kept = True
     except FilterFailed as failure:
-        outcome.filter_seconds[stage] = outcome.filter_seconds.get(stage, 0.0) + time.perf_counter() - started
-        outcome.checks[stage] = "fail"
+        stages.end(passed=False)
         outcome.fail(failure.reason, failure.detail)
     except torch.OutOfMemoryError as error:
-        outcome.checks[stage] = "fail"
-        outcome.fail("workload_too_slow" if stage == "workload" else "eager_error", f"out of memory: {error}"[:300])
+        stages.end(passed=False)
+        outcome.fail("out_of_memory", f"in the {stages.stage} stage: {error}"[:300])
     finally:
         if temporary is not None:
             temporary.cleanup()

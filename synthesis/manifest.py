@@ -1,10 +1,12 @@
 """The run's manifest: one record per candidate task, appended as JSON lines while the run goes
-(so a stopped run resumes where it was) and written as parquet at the end."""
+(so a stopped run resumes where it was) and written as parquet at the end; and the run's
+sessions (each start and end), so a run spread over several sessions has a rate per hour."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pandas as pd
 
 MANIFEST_LINES = "manifest.jsonl"
 MANIFEST_PARQUET = "manifest.parquet"
+SESSIONS_LINES = "sessions.jsonl"
 
 
 @dataclass
@@ -33,6 +36,8 @@ class TaskRecord:
     output_shapes: list[list[int]] = field(default_factory=list)
     filter_seconds: dict[str, float] = field(default_factory=dict)
     path: str | None = None  # the kept task's file, relative to the run directory
+    lock_wait_seconds: float = 0.0  # of filter_seconds, waiting for the device lock
+    finished_at: float | None = None  # Unix time the record was written
 
 
 class Manifest:
@@ -52,6 +57,31 @@ class Manifest:
             handle.write(json.dumps(dataclasses.asdict(record)) + "\n")
         self.records[record.id] = record
 
+    def start_session(self, **settings) -> int:
+        """Records a session's start (with its settings); returns its number."""
+        number = len(self.sessions())
+        self._append_session({"session": number, "started_at": time.time(), **settings})
+        return number
+
+    def end_session(self, number: int) -> None:
+        self._append_session({"session": number, "ended_at": time.time()})
+
+    def _append_session(self, entry: dict) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.run_dir / SESSIONS_LINES, "a") as handle:
+            handle.write(json.dumps(entry) + "\n")
+
+    def sessions(self) -> list[dict]:
+        """One dict per session: started_at, its settings, and ended_at when it ended cleanly."""
+        path = self.run_dir / SESSIONS_LINES
+        merged: dict[int, dict] = {}
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    entry = json.loads(line)
+                    merged.setdefault(entry["session"], {}).update(entry)
+        return [merged[number] for number in sorted(merged)]
+
     def frame(self) -> pd.DataFrame:
         rows = []
         for record in self.records.values():
@@ -60,7 +90,10 @@ class Manifest:
             for key in ("input_shapes", "output_shapes", "details", "checks", "filter_seconds"):
                 row[key] = json.dumps(row[key])
             rows.append(row)
-        return pd.DataFrame(rows, columns=[f.name for f in dataclasses.fields(TaskRecord)])
+        frame = pd.DataFrame(rows, columns=[f.name for f in dataclasses.fields(TaskRecord)])
+        # Typed even when empty (a run stopped before its first candidate), so masks work.
+        return frame.astype({"kept": bool, "eager_ms": float, "compile_ms": float,
+                             "lock_wait_seconds": float, "finished_at": float})
 
     def write_parquet(self) -> Path:
         path = self.run_dir / MANIFEST_PARQUET

@@ -1,9 +1,14 @@
 """The synthesis run: propose candidates, drop the statically bad ones here, filter the rest on
 worker processes, write each kept task as a KernelBench-format file, record every candidate in
-the manifest, and summarise. Resumable: a run directory's manifest says what is already done."""
+the manifest, and summarise. Resumable: a run directory's manifest says what is already done.
+A time budget (`stop_after_s`) stops proposing new candidates and lets those in flight finish,
+so a run bounded in time still ends with its summary."""
 
 from __future__ import annotations
 
+import dataclasses
+import signal
+import sys
 import tempfile
 import threading
 import time
@@ -25,6 +30,7 @@ from .manifest import Manifest, TaskRecord
 from .pool import FilterPool, PoolConfig
 from .report import write_summary
 from .signature import ProblemSignature, problem_signature, stochastic_calls
+from .stage_log import STAGE_LOG
 from .task import Task
 
 CATALOGUE_FILE = "catalogue.json"
@@ -50,6 +56,7 @@ class SynthConfig:
     catalogue: Path | None = None  # default: <out_dir>/catalogue.json, crawled when missing
     transformers_models: int | None = None  # crawl only the first N transformers models
     resume: bool = False
+    stop_after_s: float | None = None  # propose no new candidate after this many seconds
     filters: FilterConfig = field(default_factory=FilterConfig)
     pool: PoolConfig = field(default_factory=PoolConfig)
     composer: ComposerConfig = field(default_factory=ComposerConfig)
@@ -87,6 +94,7 @@ def record_for(task: Task, signature: ProblemSignature | None, outcome: FilterOu
         reasons=outcome.reasons, details=outcome.details, checks=outcome.checks,
         eager_ms=outcome.eager_ms, compile_ms=outcome.compile_ms, batch_size=outcome.batch_size,
         output_shapes=outcome.output_shapes, filter_seconds=outcome.filter_seconds, path=path,
+        lock_wait_seconds=outcome.lock_wait_seconds, finished_at=time.time(),
     )
 
 
@@ -108,6 +116,14 @@ class ProgressLine:
         elapsed = now - self.started
         self.console.print(f"synth: {self.done}/{self.total} filtered, {kept} kept, {elapsed:.0f} s, "
                            f"{self.done / elapsed * 3600:.0f} candidates/h", highlight=False)
+
+
+def stop_on_sigterm() -> None:
+    """Let SIGTERM (`timeout`, a job scheduler) end the process as Ctrl-C would: Python exits,
+    and multiprocessing's exit handler ends the filter workers, which would otherwise run on,
+    holding the GPU, until their current task ends. The manifest keeps every finished
+    candidate; `--resume` goes on from there."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def load_or_crawl_catalogue(config: SynthConfig, console: Console) -> Catalogue:
@@ -145,6 +161,9 @@ def run_synthesis(config: SynthConfig, proposer: Proposer | None = None,
     write_lock = threading.Lock()
     signatures: dict[str, ProblemSignature | None] = {}
     todo = [i for i in range(config.count) if proposer.task_id(i) not in manifest.records]
+    session = manifest.start_session(count=config.count, todo=len(todo), workers=config.pool.workers,
+                                     device=config.filters.device, stop_after_s=config.stop_after_s)
+    pool_config = dataclasses.replace(config.pool, stage_log=out_dir / STAGE_LOG)
     started = time.perf_counter()
     columns = [TextColumn("[bold]synth"), BarColumn(), MofNCompleteColumn(),
                TextColumn("kept {task.fields[kept]}"), TimeRemainingColumn()]
@@ -167,6 +186,10 @@ def run_synthesis(config: SynthConfig, proposer: Proposer | None = None,
 
         def candidates():
             for position in todo:
+                if config.stop_after_s is not None and time.perf_counter() - started >= config.stop_after_s:
+                    console.print(f"synth: time budget of {config.stop_after_s:.0f} s spent; no new "
+                                  "candidates, finishing those in flight (--resume continues)", highlight=False)
+                    return
                 task = proposer.propose(position)
                 signature, outcome = static_checks(task, index)
                 signatures[task.task_id] = signature
@@ -175,9 +198,10 @@ def run_synthesis(config: SynthConfig, proposer: Proposer | None = None,
                 else:
                     yield task
 
-        FilterPool(config.filters, config.pool).run(candidates(), finish)
+        FilterPool(config.filters, pool_config).run(candidates(), finish)
+    manifest.end_session(session)
     frame = manifest.frame()
     manifest.write_parquet()
-    summary = write_summary(frame, out_dir, time.perf_counter() - started)
+    summary = write_summary(frame, out_dir, manifest.sessions())
     console.print(f"{int(frame['kept'].sum())} of {len(frame)} kept; summary in {summary}")
     return frame

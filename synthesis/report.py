@@ -1,5 +1,6 @@
-"""The run's summary: kept and dropped per reason, operator frequencies, runtimes and the time
-each filter took, as markdown tables and one figure."""
+"""The run's summary: candidates and kept per hour, kept and dropped per reason, operator
+frequencies, runtimes and the time each filter took, as markdown tables and one figure. Built
+from the manifest alone, so a run that was stopped or killed is summarised the same way."""
 
 from __future__ import annotations
 
@@ -47,7 +48,12 @@ def runtime_table(frame: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+LOCK_WAIT_ROW = "(of these, waiting for the device lock)"
+
+
 def filter_time_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Worker seconds per filter stage, over the tasks that reached it; a last row says how much
+    of the workload and compile stages went to waiting for another worker's timing."""
     totals: dict[str, float] = collections.defaultdict(float)
     runs: dict[str, int] = collections.defaultdict(int)
     for text in frame["filter_seconds"]:
@@ -55,21 +61,59 @@ def filter_time_table(frame: pd.DataFrame) -> pd.DataFrame:
             totals[name] += seconds
             runs[name] += 1
     all_seconds = sum(totals.values()) or 1.0
-    return pd.DataFrame(
-        [(name, runs[name], totals[name], totals[name] / runs[name], totals[name] / all_seconds)
-         for name in totals],
-        columns=["filter", "tasks", "seconds", "seconds per task", "share"],
-    )
+    rows = [(name, runs[name], totals[name], totals[name] / runs[name], totals[name] / all_seconds)
+            for name in totals]
+    waits = frame["lock_wait_seconds"].fillna(0.0).astype(float)
+    if waits.sum() > 0:
+        waiting = int((waits > 0).sum())
+        rows.append((LOCK_WAIT_ROW, waiting, float(waits.sum()), float(waits.sum()) / waiting, waits.sum() / all_seconds))
+    return pd.DataFrame(rows, columns=["filter", "tasks", "seconds", "seconds per task", "share"])
 
 
-def write_summary(frame: pd.DataFrame, run_dir: str | Path, wall_seconds: float | None = None) -> Path:
+def session_table(frame: pd.DataFrame, sessions: list[dict]) -> pd.DataFrame:
+    """Per session: its workers, the candidates it recorded, and its wall seconds, from its start
+    to its clean end or, when it was killed, to the last candidate it recorded."""
+    finished = frame["finished_at"].astype(float)
+    starts = [session["started_at"] for session in sessions]
+    rows = []
+    for start, next_start, session in zip(starts, [*starts[1:], float("inf")], sessions, strict=True):
+        mine = frame[(finished >= start) & (finished < next_start)]
+        ended = "ended_at" in session
+        end = session["ended_at"] if ended else (float(mine["finished_at"].max()) if len(mine) else start)
+        rows.append((session["session"], session.get("workers"), len(mine), int(mine["kept"].sum()),
+                     end - start, "clean" if ended else "killed"))
+    return pd.DataFrame(rows, columns=["session", "workers", "candidates", "kept", "wall s", "end"])
+
+
+def throughput(frame: pd.DataFrame, sessions: list[dict]) -> dict:
+    """Candidates (all, and those that reached the runtime filters) and kept tasks, per hour of
+    the sessions' wall time."""
+    wall_s = float(session_table(frame, sessions)["wall s"].sum()) if sessions else None
+    kept = int(frame["kept"].sum()) if len(frame) else 0
+    runtime = int(frame["checks"].map(lambda text: "eager" in json.loads(text)).sum()) if len(frame) else 0
+    numbers = {"candidates": len(frame), "runtime_filtered": runtime, "kept": kept, "sessions": len(sessions),
+               "wall_s": wall_s}
+    for name in ("candidates", "runtime_filtered", "kept"):
+        numbers[f"{name}_per_hour"] = numbers[name] / wall_s * 3600 if wall_s else None
+    return numbers
+
+
+def throughput_lines(numbers: dict) -> list[str]:
+    counts = (f"{numbers['candidates']} candidates ({numbers['runtime_filtered']} through the "
+              f"runtime filters), {numbers['kept']} kept")
+    if not numbers["wall_s"]:
+        return [f"{counts}."]
+    return [f"{counts}, in {numbers['wall_s']:.0f} s of wall time over {numbers['sessions']} "
+            f"session(s): {numbers['candidates_per_hour']:.0f} candidates filtered per hour "
+            f"({numbers['runtime_filtered_per_hour']:.0f} through the runtime filters), "
+            f"{numbers['kept_per_hour']:.0f} kept per hour."]
+
+
+def write_summary(frame: pd.DataFrame, run_dir: str | Path, sessions: list[dict] | None = None) -> Path:
     run_dir = Path(run_dir)
     kept = int(frame["kept"].sum()) if len(frame) else 0
-    lines = [f"# Synthesis run: {len(frame)} candidates, {kept} kept", ""]
-    if wall_seconds:
-        per_hour = len(frame) / wall_seconds * 3600
-        lines += [f"Wall time {wall_seconds:.0f} s: {per_hour:.0f} candidates filtered per hour, "
-                  f"{kept / wall_seconds * 3600:.0f} kept per hour.", ""]
+    lines = [f"# Synthesis run: {len(frame)} candidates, {kept} kept", "",
+             *throughput_lines(throughput(frame, sessions or [])), ""]
     sections = [
         ("Outcomes (first failed filter)", reason_table(frame)),
         ("Operators in kept tasks", operator_table(frame)),

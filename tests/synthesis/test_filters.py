@@ -1,10 +1,20 @@
 """One task built to fail each runtime filter, and honest tasks that pass."""
 
 import dataclasses
+import threading
+import time
 
 import pytest
+import torch
 
-from synthesis.filters import batch_size_of, check_task, with_batch_size
+from pytest_cudaagent.locks import device_lock
+from synthesis.filters import (
+    LoadedTask,
+    batch_size_of,
+    check_task,
+    compare_in_chunks,
+    with_batch_size,
+)
 
 TEMPLATE = '''
 import torch
@@ -122,3 +132,90 @@ def test_compile_error_is_named(cpu_filters):
     source = task("return twice(torch.tanh(x) * self.w)").replace("class Model", custom_op, 1)
     outcome = check_task(source, config)
     assert outcome.reasons == ["compile_error"], outcome.details
+
+
+def test_a_batch_above_the_accepted_estimates_is_scaled_down_toward_the_floor(cpu_filters):
+    """The CPU window is 1e-4 ms to 1e5 ms, so the search aims at 2e-4 ms: any real forward is
+    above that, and a task inside the window is still brought down to batch 1 (the floor)."""
+    low, high = cpu_filters.accepted_estimate_ms
+    assert cpu_filters.min_ms < low <= cpu_filters.target_ms < high < cpu_filters.max_ms
+    outcome = check_task(task("return torch.tanh(x * self.w).cumsum(dim=-1)", batch=512), cpu_filters)
+    assert outcome.kept, outcome.details
+    assert outcome.batch_size == 1
+
+
+def test_workload_scaling_stops_at_the_memory_ceiling(cpu_filters):
+    """One sample needs 512 bytes (a 64-float input and a 64-float output), so 64 KiB allows a
+    batch of 128; the window's floor is out of reach, so the search would go on without it."""
+    config = dataclasses.replace(cpu_filters, min_ms=1e3, max_ms=1e4, max_task_bytes=64 << 10)
+    outcome = check_task(task("return torch.tanh(x)", batch=8), config)
+    assert outcome.reasons == ["workload_too_fast"]
+    assert outcome.batch_size == 128
+
+
+def test_scaled_tasks_are_built_on_the_device(cpu_filters, tmp_path):
+    """A scaled load draws its inputs and builds its model where they will run, never on the host
+    first: on the meta device, inputs that would need 4 TiB of host memory load at once."""
+    huge = TEMPLATE.format(body="return x", batch=1 << 34)
+    loaded = LoadedTask(huge, dataclasses.replace(cpu_filters, device="meta"), tmp_path,
+                        input_sets=1, on_device=True)
+    assert len(loaded.input_sets) == 1
+    assert loaded.input_sets[0][0].device.type == "meta" and loaded.input_sets[0][0].shape[0] == 1 << 34
+    assert loaded.model.w.device.type == "meta"
+
+
+def test_out_of_memory_is_its_own_reason(cpu_filters):
+    outcome = check_task(task("raise torch.OutOfMemoryError('no room')"), cpu_filters)
+    assert outcome.reasons == ["out_of_memory"]
+    assert "eager" in outcome.details["out_of_memory"]
+
+
+def test_compare_in_chunks_finds_a_difference_in_the_last_chunk():
+    expected = [torch.zeros(10, 10), torch.ones(7)]
+    assert compare_in_chunks(expected, [t.clone() for t in expected], chunk=16) is None
+    changed = [expected[0].clone(), expected[1].clone()]
+    changed[1][-1] = 5.0
+    assert compare_in_chunks(expected, changed, chunk=16).startswith("1 of 107 elements")
+    assert "shape" in compare_in_chunks(expected, [expected[0], torch.ones(8)], chunk=16)
+
+
+def test_stages_are_heard_and_lock_waits_counted(cpu_filters, tmp_path, monkeypatch):
+    """Each stage start reaches on_stage (with the batch search's notes), and time spent waiting
+    for another process's timing shows in lock_wait_seconds."""
+    monkeypatch.setenv("CUDAAGENT_LOCK_DIR", str(tmp_path))
+    heard: list[tuple[str, str]] = []
+    workload_started = threading.Event()
+
+    def on_stage(stage: str, detail: str) -> None:
+        heard.append((stage, detail))
+        if stage == "workload":
+            workload_started.set()
+
+    def hold_the_lock() -> None:
+        with device_lock("cpu"):
+            holding.set()
+            workload_started.wait(60)
+            time.sleep(0.3)
+
+    holding = threading.Event()
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    holding.wait(10)
+    outcome = check_task(HONEST, cpu_filters, on_stage=on_stage)
+    holder.join()
+    assert outcome.kept, outcome.details
+    assert [stage for stage, _ in heard if not _] == ["eager", "deterministic", "degenerate", "workload"]
+    assert any(stage == "workload" and detail.startswith("batch 8:") for stage, detail in heard)
+    assert outcome.lock_wait_seconds > 0.1
+    assert set(outcome.filter_seconds) == {"eager", "deterministic", "degenerate", "workload"}
+
+
+def test_an_error_at_a_scaled_batch_drops_the_task_with_its_reason(cpu_filters):
+    """Some kernels have size limits that only a scaled batch meets: the task is dropped as an
+    eager error, not left to crash its worker."""
+    config = dataclasses.replace(cpu_filters, min_ms=1e3, max_ms=1e4)
+    source = task("assert x.shape[0] <= 8, 'too big'\n        return torch.tanh(x * self.w)")
+    outcome = check_task(source, config)
+    assert outcome.reasons == ["eager_error"]
+    assert outcome.details["eager_error"].startswith("while scaling the batch: AssertionError")
+    assert outcome.checks["workload"] == "fail"

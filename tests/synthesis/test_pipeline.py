@@ -3,17 +3,26 @@ the CLI handlers and their exit codes; the LLM composer through a fake engine.""
 
 import argparse
 import json
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
+import psutil
 import pytest
 
 from synthesis.cli import main, register
 from synthesis.llm_composer import EngineAdapter, LLMComposer, extract_code
+from synthesis.manifest import Manifest
 from synthesis.pipeline import SynthConfig, run_synthesis
 from synthesis.pool import PoolConfig
 
 from .test_filters import HONEST, task
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def config_for(tmp_path, small_catalogue, tiny_sizes, cpu_filters, count, resume=False):
@@ -133,3 +142,46 @@ def test_progress_line_prints_counts_and_rate_when_not_a_terminal():
     line.maybe_print(kept=2)  # the last one always prints
     assert "3/3 filtered, 2 kept" in buffer.getvalue()
     assert "candidates/h" in buffer.getvalue()
+
+
+def test_time_budget_stops_proposing_and_resume_goes_on(tmp_path, small_catalogue, tiny_sizes, cpu_filters):
+    config = config_for(tmp_path, small_catalogue, tiny_sizes, cpu_filters, 4)
+    config.stop_after_s = 0.0
+    frame = run_synthesis(config)
+    assert len(frame) == 0
+    assert "0 candidates" in (tmp_path / "run" / "summary.md").read_text()
+    frame = run_synthesis(config_for(tmp_path, small_catalogue, tiny_sizes, cpu_filters, 2, resume=True))
+    assert len(frame) == 2 and frame["finished_at"].notna().all()
+    sessions = Manifest(tmp_path / "run").sessions()
+    assert [("ended_at" in session, session["todo"]) for session in sessions] == [(True, 4), (True, 2)]
+
+
+def test_sigterm_ends_the_workers_and_the_killed_run_is_summarised(tmp_path, small_catalogue):
+    """`timeout` sends SIGTERM: the run's process exits and takes its filter workers with it
+    (they would otherwise go on holding the GPU); the summary then comes from the manifest."""
+    small_catalogue.save(tmp_path / "catalogue.json")
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "synthesis", "synth", "run", "--count", "500", "--out", str(run),
+               "--catalogue", str(tmp_path / "catalogue.json"), "--workers", "2", "--device", "cpu",
+               "--min-ms", "0.0001", "--max-ms", "100000", "--no-compile"]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while len(Manifest(run).records) < 2 and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.5)
+        workers = psutil.Process(process.pid).children(recursive=True)
+        assert len(Manifest(run).records) >= 2 and workers
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 128 + signal.SIGTERM
+        _, alive = psutil.wait_procs(workers, timeout=15)
+        assert not alive, f"workers left running: {alive}"
+    finally:
+        process.kill()
+    summary = subprocess.run([sys.executable, "benchmark/synthesis_throughput.py", "--out", str(run),
+                              "--summary-only", "--json", str(tmp_path / "numbers.json")],
+                             cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert summary.returncode == 0, summary.stderr
+    assert "| 0 | 2 |" in summary.stdout and "killed" in summary.stdout  # the session table
+    assert "## Outcomes" in summary.stdout and "## Time per filter" in summary.stdout
+    numbers = json.loads((tmp_path / "numbers.json").read_text())
+    assert numbers["candidates"] == len(Manifest(run).records) and numbers["candidates_per_hour"] > 0
