@@ -35,18 +35,31 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = T
     return whitened * mask
 
 
+def vocab_logprobs(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log_softmax(logits / temperature) over the vocabulary, in fp32. One fused kernel: cheaper
+    than gather - logsumexp, whose composite amax / subtract / exp / sum passes each read the whole
+    [batch, length, vocab] tensor (forward and backward). Already-fp32 logits at temperature 1
+    (accelerate's mixed precision hands logits back in fp32) are not copied first."""
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    return logits.log_softmax(-1)
+
+
 def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """log p(token_ids[t] | ...) where logits[t] is the distribution over token_ids[t]; the caller
     aligns them (logits[:, :-1] with input_ids[:, 1:]). Temperature matches the sampler's."""
-    logits = logits.float() / temperature
-    # gather - logsumexp instead of log_softmax: no second [batch, length, vocab] tensor.
-    chosen = torch.gather(logits, -1, token_ids.unsqueeze(-1)).squeeze(-1)
-    return chosen - torch.logsumexp(logits, dim=-1)
+    return chosen_logprobs(vocab_logprobs(logits, temperature), token_ids)
 
 
-def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    logits = logits.float() / temperature
-    log_probs = logits.log_softmax(-1)
+def chosen_logprobs(log_probs: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """The entries of `vocab_logprobs` output at `token_ids`."""
+    return torch.gather(log_probs, -1, token_ids.unsqueeze(-1)).squeeze(-1)
+
+
+def token_entropy(log_probs: torch.Tensor) -> torch.Tensor:
+    """Entropy of each position's distribution, from its `vocab_logprobs` (computed once and
+    shared with the chosen tokens' log-probs)."""
     return -(log_probs.exp() * log_probs).sum(-1)
 
 
@@ -85,17 +98,21 @@ def gae_advantages(
     Unmasked tokens (prompt, tool output, padding) are not time steps: the recursion passes over
     them unchanged, so the last model token of one turn bootstraps from the first model token of
     the next turn, and the episode ends after its last model token (value 0 beyond)."""
+    # Every step runs a handful of small kernels, one column at a time, so the loop is kept to the
+    # fewest: the carries switch with torch.where (the same values as blending with a 0/1 mask)
+    # and the advantages are masked once at the end instead of column by column.
     batch_size, length = rewards.shape
-    advantages = torch.zeros_like(rewards)
+    is_step = mask.bool()
+    advantages = torch.empty_like(rewards)
     next_value = torch.zeros(batch_size, dtype=rewards.dtype, device=rewards.device)
     next_advantage = torch.zeros_like(next_value)
     for t in reversed(range(length)):
-        is_step = mask[:, t].to(rewards.dtype)
         delta = rewards[:, t] + gamma * next_value - values[:, t]
         advantage = delta + gamma * lam * next_advantage
-        advantages[:, t] = advantage * is_step
-        next_value = is_step * values[:, t] + (1 - is_step) * next_value
-        next_advantage = is_step * advantage + (1 - is_step) * next_advantage
+        advantages[:, t] = advantage
+        next_value = torch.where(is_step[:, t], values[:, t], next_value)
+        next_advantage = torch.where(is_step[:, t], advantage, next_advantage)
+    advantages = advantages * mask
     returns = (advantages + values) * mask
     return advantages, returns
 
@@ -148,7 +165,7 @@ def clipped_value_loss(
     unclipped = (values - returns) ** 2
     normaliser = mask.sum().clamp(min=1) if token_count is None else token_count
     if clip_range is None:
-        return ValueLossTerms(0.5 * masked_sum(unclipped, mask) / normaliser, torch.zeros(()))
+        return ValueLossTerms(0.5 * masked_sum(unclipped, mask) / normaliser, torch.zeros((), device=values.device))
     values_clipped = old_values + torch.clamp(values - old_values, -clip_range, clip_range)
     clipped = (values_clipped - returns) ** 2
     with torch.no_grad():

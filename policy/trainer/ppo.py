@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from .core import (
+    chosen_logprobs,
     clipped_policy_loss,
     clipped_value_loss,
     explained_variance,
@@ -21,12 +22,14 @@ from .core import (
     masked_sum,
     masked_whiten,
     token_entropy,
-    token_logprobs,
     token_rewards,
+    vocab_logprobs,
 )
 from .metrics import reward_summary
 from .rollout import Minibatched, Rollout, RolloutBatch, micro_batches, pad_rollouts, resolve_scores
 
+# A slice of the shifted (length T-1) columns; None: all of them.
+Columns = slice | None
 
 @dataclass
 class PPOConfig(Minibatched):
@@ -36,6 +39,10 @@ class PPOConfig(Minibatched):
     # Episodes per optimizer step, and per forward/backward pass (the rest is accumulation).
     minibatch_size: int = 8
     micro_batch_size: int = 4
+    # Episodes per no-grad forward pass (old log-probs, reference log-probs, values); None: the
+    # micro-batch size. These passes keep no activations for a backward pass, so several times
+    # micro_batch_size usually fits, and fewer, larger passes keep a GPU busier.
+    inference_batch_size: int | None = None
     ppo_epochs: int = 2
     actor_lr: float = 1e-6
     critic_lr: float = 5e-6
@@ -64,32 +71,47 @@ class PPOConfig(Minibatched):
             raise ValueError(f"tasks_per_step ({self.tasks_per_step}) must be a multiple of "
                              f"minibatch_size ({self.minibatch_size})")
         self.check_minibatches()
+        if self.inference_batch_size is not None and self.inference_batch_size < 1:
+            raise ValueError(f"inference_batch_size ({self.inference_batch_size}) must be at least 1, "
+                             "or left out to use micro_batch_size")
 
     @property
     def uses_reference(self) -> bool:
         return self.kl_coef > 0 or self.kl_loss_coef > 0
 
 
-def policy_logprobs(actor, batch: RolloutBatch, temperature: float, with_entropy: bool = False):
-    """Per-token log-probs (and entropies) of batch tokens 1..T-1 under `actor`."""
-    logits = actor(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
-    logprobs = token_logprobs(logits, batch.input_ids[:, 1:], temperature)
-    if not with_entropy:
-        return logprobs, None
-    return logprobs, token_entropy(logits, temperature)
+# These forward passes give the models no attention mask. The batch is right-padded, so under
+# causal attention no position before a sequence's end sees the padding after it: every position
+# a loss reads is the same with or without the mask. Without one, attention takes its causal
+# kernel whatever the lengths, where episodes of different lengths would otherwise build a
+# [batch, 1, T, T] mask and run the slower masked kernel.
+def policy_logprobs(actor, batch: RolloutBatch, temperature: float, columns: Columns = None):
+    """(log-probs of the batch's tokens, log-softmax over the vocabulary) at the shifted `columns`
+    (default all: tokens 1..T-1). The logits are computed at those positions only, from inputs
+    that end at the last one; the vocabulary log-softmax is returned for an entropy."""
+    start, stop, _ = (columns or slice(None)).indices(batch.input_ids.shape[1] - 1)
+    logits = actor(input_ids=batch.input_ids[:, :stop], use_cache=False, logits_to_keep=stop - start).logits
+    if logits.shape[1] != stop - start:
+        # A forward that swallows unknown keywords would hand back every position, and gather
+        # would then pair log-probs with the wrong tokens without complaint.
+        raise TypeError(f"{type(actor).__name__} returned logits for {logits.shape[1]} positions where "
+                        f"logits_to_keep asked for {stop - start}; the trainer needs a causal LM that "
+                        "supports logits_to_keep (transformers 4.50 or later)")
+    log_probs = vocab_logprobs(logits, temperature)
+    return chosen_logprobs(log_probs, batch.input_ids[:, start + 1 : stop + 1]), log_probs
 
 
-def critic_values(critic, batch: RolloutBatch) -> torch.Tensor:
-    """V(s_t) for the state before each of tokens 1..T-1."""
-    return critic(batch.input_ids, batch.attention_mask)[:, :-1].float()
+def critic_values(critic, batch: RolloutBatch, columns: Columns = None) -> torch.Tensor:
+    """V(s_t) for the state before each of tokens 1..T-1, at the shifted `columns` (default all)."""
+    start, stop, _ = (columns or slice(None)).indices(batch.input_ids.shape[1] - 1)
+    return critic(batch.input_ids[:, :stop])[:, start:stop].float()
 
 
 @torch.no_grad()
-def in_micro_batches(forward, batch: RolloutBatch, micro_batch_size: int) -> torch.Tensor:
-    return torch.cat(
-        [forward(batch.select(torch.arange(s, min(s + micro_batch_size, len(batch)))))
-         for s in range(0, len(batch), micro_batch_size)]
-    )
+def in_chunks(forward, batch: RolloutBatch, chunk_size: int) -> torch.Tensor:
+    """`forward` over consecutive chunks of `chunk_size` episodes (views of the batch), joined."""
+    return torch.cat([forward(batch.select(slice(start, start + chunk_size)))
+                      for start in range(0, len(batch), chunk_size)])
 
 
 class PPOTrainer:
@@ -114,16 +136,21 @@ class PPOTrainer:
 
     def step(self, rollouts: list[Rollout]) -> dict:
         config, accelerator = self.config, self.accelerator
-        batch = pad_rollouts(rollouts, self.pad_token_id).to(accelerator.device)
-        mask = batch.action_mask
-        micro = config.micro_batch_size
+        padded = pad_rollouts(rollouts, self.pad_token_id)
+        # Read on the host before the copy to the device. From here on every per-token tensor
+        # covers these columns only: the rest hold no model token, and nothing reads them.
+        columns = padded.model_token_columns()
+        batch = padded.to(accelerator.device)
+        mask = batch.action_mask[:, columns]
+        chunk = config.inference_batch_size or config.micro_batch_size
 
         # 1. Forward passes that do not need the scores: they run while the pool still scores.
-        old_logprobs = in_micro_batches(lambda b: policy_logprobs(self.actor, b, self.temperature)[0], batch, micro)
-        old_values = in_micro_batches(lambda b: critic_values(self.critic, b), batch, micro)
+        old_logprobs = in_chunks(lambda b: policy_logprobs(self.actor, b, self.temperature, columns)[0], batch, chunk)
+        old_values = in_chunks(lambda b: critic_values(self.critic, b, columns), batch, chunk)
         ref_logprobs = old_logprobs
         if self.reference is not None:
-            ref_logprobs = in_micro_batches(lambda b: policy_logprobs(self.reference, b, self.temperature)[0], batch, micro)
+            ref_logprobs = in_chunks(lambda b: policy_logprobs(self.reference, b, self.temperature, columns)[0],
+                                     batch, chunk)
         scores = resolve_scores(rollouts).to(accelerator.device)
 
         # 2. Per-token rewards (score on the last model token, KL penalty on every one) and GAE.
@@ -134,39 +161,42 @@ class PPOTrainer:
             advantages = masked_whiten(advantages, mask)
 
         # 3. PPO epochs: shuffled minibatches, each an optimizer step over accumulated micro-batches.
-        update_stats: dict[str, list[float]] = {}
+        # Statistics stay on the device until the end: a host read per micro-batch would make the
+        # host wait for the device before it could queue the next micro-batch.
+        update_stats: dict[str, list[torch.Tensor]] = {}
         for _epoch in range(config.ppo_epochs):
-            for rows, token_count in micro_batches(mask, config.minibatch_size, micro):
-                stats = self._update(batch.select(rows), old_logprobs[rows], old_values[rows],
+            for rows, token_count in micro_batches(mask, config.minibatch_size, config.micro_batch_size):
+                stats = self._update(batch.select(rows), columns, old_logprobs[rows], old_values[rows],
                                      ref_logprobs[rows], advantages[rows], returns[rows], token_count)
                 for name, value in stats.items():
                     update_stats.setdefault(name, []).append(value)
 
         sequence_kl = masked_sum(kl_estimate(old_logprobs, ref_logprobs, "k1"), mask) / len(batch)
-        metrics = {name: sum(values) / len(values) for name, values in update_stats.items()}
-        metrics.update(
-            kl=sequence_kl.item(),
-            explained_variance=explained_variance(old_values, returns, mask),
-            advantage_mean=masked_mean(advantages, mask).item(),
-            return_mean=masked_mean(returns, mask).item(),
+        summary = {name: torch.stack(values).mean() for name, values in update_stats.items()}
+        summary.update(
+            kl=sequence_kl,
+            advantage_mean=masked_mean(advantages, mask),
+            return_mean=masked_mean(returns, mask),
             # How far the sampler's log-probs are from the trainer's (vLLM drift, precision).
-            sampler_logprob_gap=masked_mean((batch.sampler_logprobs - old_logprobs).abs(), mask).item(),
-            generated_tokens=mask.sum().item(),
-            sequence_length=batch.attention_mask.sum(1).float().mean().item(),
+            sampler_logprob_gap=masked_mean((batch.sampler_logprobs[:, columns] - old_logprobs).abs(), mask),
+            generated_tokens=mask.sum(),
+            sequence_length=batch.attention_mask.sum(1).float().mean(),
         )
+        # One device-to-host copy for every statistic.
+        metrics = dict(zip(summary, torch.stack([value.float() for value in summary.values()]).tolist(), strict=True))
+        metrics["explained_variance"] = explained_variance(old_values, returns, mask)
         return metrics, scores
 
-    def _update(self, micro_batch, old_logprobs, old_values, ref_logprobs, advantages, returns, token_count):
+    def _update(self, micro_batch, columns, old_logprobs, old_values, ref_logprobs, advantages, returns, token_count):
         config, accelerator = self.config, self.accelerator
-        mask = micro_batch.action_mask
+        mask = micro_batch.action_mask[:, columns]
         with accelerator.accumulate(self.actor, self.critic):
             need_entropy_grad = config.entropy_coef > 0
-            logits = self.actor(input_ids=micro_batch.input_ids, attention_mask=micro_batch.attention_mask).logits[:, :-1]
-            logprobs = token_logprobs(logits, micro_batch.input_ids[:, 1:], self.temperature)
+            logprobs, log_probs = policy_logprobs(self.actor, micro_batch, self.temperature, columns)
             with torch.set_grad_enabled(need_entropy_grad):
-                entropy = token_entropy(logits, self.temperature)
+                entropy = token_entropy(log_probs)
             policy = clipped_policy_loss(logprobs, old_logprobs, advantages, mask, config.clip_range, token_count)
-            values = critic_values(self.critic, micro_batch)
+            values = critic_values(self.critic, micro_batch, columns)
             value = clipped_value_loss(values, old_values, returns, mask, config.value_clip_range, token_count)
             loss = policy.loss + config.value_loss_coef * value.loss
             if need_entropy_grad:
@@ -176,19 +206,20 @@ class PPOTrainer:
             accelerator.backward(loss)
             stats = {}
             if accelerator.sync_gradients:
-                stats["actor_grad_norm"] = float(accelerator.clip_grad_norm_(self.actor.parameters(), config.max_grad_norm))
-                stats["critic_grad_norm"] = float(accelerator.clip_grad_norm_(self.critic.parameters(), config.max_grad_norm))
+                for name, model in (("actor_grad_norm", self.actor), ("critic_grad_norm", self.critic)):
+                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                    stats[name] = torch.as_tensor(grad_norm, device=accelerator.device).detach()
             self.actor_optimizer.step()
             self.critic_optimizer.step()
             self.actor_optimizer.zero_grad()
             self.critic_optimizer.zero_grad()
         stats.update(
-            policy_loss=policy.loss.item(),
-            value_loss=value.loss.item(),
-            clip_fraction=policy.clip_fraction.item(),
-            value_clip_fraction=value.clip_fraction.item(),
-            approx_kl=policy.approx_kl.item(),
-            entropy=masked_mean(entropy.detach(), mask).item(),
+            policy_loss=policy.loss.detach(),
+            value_loss=value.loss.detach(),
+            clip_fraction=policy.clip_fraction,
+            value_clip_fraction=value.clip_fraction,
+            approx_kl=policy.approx_kl,
+            entropy=masked_mean(entropy.detach(), mask),
         )
         return stats
 

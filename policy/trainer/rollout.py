@@ -49,8 +49,17 @@ class RolloutBatch:
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
-    def select(self, rows: torch.Tensor) -> RolloutBatch:
+    def select(self, rows: torch.Tensor | slice) -> RolloutBatch:
+        """The given rows; a slice gives views instead of copies."""
         return RolloutBatch(*(getattr(self, name)[rows] for name in self.__dataclass_fields__))
+
+    def model_token_columns(self) -> slice:
+        """The columns of the shifted tensors from the first model token of any episode to the
+        last. Everything PPO reads is masked to model tokens, so its forward passes need logits
+        and values in these columns only, and (causal attention) no input after the last one.
+        A batch without model tokens gets column 0, which its mask zeroes like any other."""
+        columns = self.action_mask.any(0).nonzero().flatten().tolist()
+        return slice(columns[0], columns[-1] + 1) if columns else slice(0, 1)
 
     def to(self, device) -> RolloutBatch:
         return RolloutBatch(*(getattr(self, name).to(device) for name in self.__dataclass_fields__))

@@ -26,9 +26,10 @@ class ValueModel(nn.Module):
     def config(self):
         return self.backbone.config
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """[batch, length] values, one per position (the value of the state after that token)."""
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        # No KV cache: the trainer's passes see each sequence once.
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
         return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)
 
     @classmethod

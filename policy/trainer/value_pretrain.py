@@ -11,7 +11,7 @@ import torch
 
 from .core import clipped_value_loss, explained_variance, gae_advantages, token_rewards
 from .metrics import reward_summary
-from .ppo import critic_values, in_micro_batches
+from .ppo import critic_values, in_chunks
 from .rollout import Minibatched, micro_batches, pad_rollouts, resolve_scores
 
 
@@ -73,7 +73,7 @@ class ValuePretrainer:
                 rollouts = runtime.collect(self.actor, round_index, config.tasks_per_round)
                 batch = pad_rollouts(rollouts, runtime.tokenizer.pad_token_id).to(accelerator.device)
                 mask = batch.action_mask
-                values_before = in_micro_batches(lambda b: critic_values(self.critic, b), batch, config.micro_batch_size)
+                values_before = in_chunks(lambda b: critic_values(self.critic, b), batch, config.micro_batch_size)
                 scores = resolve_scores(rollouts).to(accelerator.device)
                 collect_seconds = time.perf_counter() - collect_start
                 # The actor is the reference here, so the KL penalty is zero: rewards are the scores.
@@ -81,7 +81,7 @@ class ValuePretrainer:
                 _, returns = gae_advantages(rewards, values_before, mask, config.gamma, config.lam)
                 fit_start = time.perf_counter()
                 value_loss = self.fit(batch, returns)
-                values_after = in_micro_batches(lambda b: critic_values(self.critic, b), batch, config.micro_batch_size)
+                values_after = in_chunks(lambda b: critic_values(self.critic, b), batch, config.micro_batch_size)
                 metrics = reward_summary(runtime.gather_scores(scores), config.pass_threshold)
                 metrics.update(
                     value_loss=value_loss,

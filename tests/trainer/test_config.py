@@ -49,3 +49,9 @@ def test_missing_file_points_at_examples(tmp_path):
 def test_batch_sizes_must_divide():
     with pytest.raises(ValueError, match="multiple of minibatch_size"):
         PPOConfig(tasks_per_step=10, minibatch_size=4, micro_batch_size=2)
+
+
+def test_inference_batch_size_must_be_positive():
+    with pytest.raises(ValueError, match="inference_batch_size .0. must be at least 1"):
+        PPOConfig(inference_batch_size=0)
+    assert PPOConfig(inference_batch_size=64).inference_batch_size == 64

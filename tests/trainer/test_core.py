@@ -13,8 +13,10 @@ from policy.trainer.core import (
     kl_estimate,
     masked_mean,
     masked_whiten,
+    token_entropy,
     token_logprobs,
     token_rewards,
+    vocab_logprobs,
 )
 
 
@@ -54,6 +56,45 @@ def test_gae_padding_after_episode_does_not_leak():
     advantages, _ = gae_advantages(rewards, values, mask, gamma=1.0, lam=1.0)
     assert advantages[0].tolist() == pytest.approx([0.75, 0.0])
     assert advantages[1].tolist() == pytest.approx([1.0, 1.0])
+
+
+def step_by_step_gae(rewards, values, mask, gamma, lam):
+    """GAE as the recursion reads, one episode and one token at a time."""
+    advantages = torch.zeros_like(rewards)
+    for row in range(rewards.shape[0]):
+        next_value = next_advantage = 0.0
+        for t in reversed(range(rewards.shape[1])):
+            if mask[row, t]:
+                delta = rewards[row, t] + gamma * next_value - values[row, t]
+                next_advantage = delta + gamma * lam * next_advantage
+                next_value = values[row, t]
+                advantages[row, t] = next_advantage
+    return advantages, (advantages + values) * mask
+
+
+def test_gae_matches_the_recursion_on_random_multi_turn_masks():
+    generator = torch.Generator().manual_seed(0)
+    rewards, values = torch.randn(6, 40, generator=generator), torch.randn(6, 40, generator=generator)
+    mask = (torch.rand(6, 40, generator=generator) < 0.6).float()
+    mask[0] = 0  # an episode without model tokens gets nothing
+    advantages, returns = gae_advantages(rewards, values, mask, gamma=0.97, lam=0.9)
+    expected_advantages, expected_returns = step_by_step_gae(rewards, values, mask, 0.97, 0.9)
+    assert torch.allclose(advantages, expected_advantages, atol=1e-6)
+    assert torch.allclose(returns, expected_returns, atol=1e-6)
+    assert advantages[0].abs().sum() == 0 and (advantages * (1 - mask)).abs().sum() == 0
+
+
+def test_gae_over_the_model_token_columns_equals_gae_over_all():
+    # The trainer runs GAE on the columns from the first model token of any episode to the last.
+    generator = torch.Generator().manual_seed(1)
+    rewards, values = torch.randn(4, 30, generator=generator), torch.randn(4, 30, generator=generator)
+    mask = torch.zeros(4, 30)
+    mask[0, 8:12] = mask[1, 10:20] = mask[2, 9:11] = mask[2, 15:22] = mask[3, 12:14] = 1
+    full_advantages, full_returns = gae_advantages(rewards, values, mask, gamma=1.0, lam=0.95)
+    columns = slice(8, 22)
+    advantages, returns = gae_advantages(rewards[:, columns], values[:, columns], mask[:, columns], 1.0, 0.95)
+    assert torch.equal(advantages, full_advantages[:, columns]) and torch.equal(returns, full_returns[:, columns])
+    assert full_advantages[:, :8].abs().sum() == 0 and full_advantages[:, 22:].abs().sum() == 0
 
 
 def test_token_rewards_put_score_on_last_model_token_and_kl_everywhere():
@@ -123,6 +164,15 @@ def test_token_logprobs_match_log_softmax_with_temperature():
     tokens = torch.randint(0, 7, (2, 3))
     expected = torch.gather((logits / 0.7).log_softmax(-1), -1, tokens.unsqueeze(-1)).squeeze(-1)
     assert torch.allclose(token_logprobs(logits, tokens, temperature=0.7), expected, atol=1e-6)
+
+
+def test_token_entropy_from_vocab_logprobs():
+    logits = torch.randn(2, 3, 7)
+    probabilities = (logits / 0.7).softmax(-1)
+    expected = -(probabilities * probabilities.log()).sum(-1)
+    assert torch.allclose(token_entropy(vocab_logprobs(logits, temperature=0.7)), expected, atol=1e-6)
+    uniform = vocab_logprobs(torch.zeros(1, 5), temperature=1.0)
+    assert token_entropy(uniform).item() == pytest.approx(math.log(5))
 
 
 def test_explained_variance():

@@ -101,6 +101,18 @@ def test_pad_rollouts_shifts_mask_onto_predictions():
     assert resolve_scores(rollouts).tolist() == [1.0, 0.0]
 
 
+def test_model_token_columns_span_the_first_to_the_last_model_token_of_any_episode():
+    rollouts = [
+        Rollout("a", [5, 6, 7, 8, 9, 3], [0, 0, 0, 1, 0, 0], [0.0] * 6, reward=1.0),  # ends in tool tokens
+        Rollout("b", [5, 9, 4], [0, 1, 1], [0.0] * 3, reward=0.0),
+    ]
+    batch = pad_rollouts(rollouts, pad_token_id=0)  # shifted mask: [[0, 0, 1, 0, 0], [1, 1, 0, 0, 0]]
+    assert batch.model_token_columns() == slice(0, 3)
+    assert batch.select(slice(0, 1)).model_token_columns() == slice(2, 3)
+    no_model_tokens = Rollout("c", [5, 6], [0, 0], [0.0, 0.0], reward=0.0)
+    assert pad_rollouts([no_model_tokens], pad_token_id=0).model_token_columns() == slice(0, 1)
+
+
 def test_unscored_rollout_says_what_to_do():
     with pytest.raises(RuntimeError, match="submit it to a scorer"):
         Rollout("x", [1], [1], [0.0]).resolve_reward()
