@@ -3,7 +3,8 @@ the same randomly initialised Llama-style model (~100M parameters by default), b
 
 One iteration = generate `--response` tokens for `--batch` prompts of `--prompt` tokens, then the
 PPO update (no-grad passes of actor, reference and critic, `--epochs` epochs of minibatches of
-`--minibatch` episodes in micro-batches of `--micro`). Each implementation runs in its own
+`--minibatch` episodes in micro-batches of `--micro`; ours runs its no-grad passes in chunks of
+`--inference-batch`, default the whole batch). Each implementation runs in its own
 process (fresh accelerate state and CUDA peak-memory counter). TRL is skipped with a message when
 `trl.experimental.ppo` is not importable (trl==0.29.0 and datasets; see the trainer's README).
 
@@ -14,7 +15,7 @@ once. For the autocast, TRL's own Accelerator is told bf16 through ACCELERATE_MI
 (transformers 5 no longer passes its `bf16` flag on), and its no-grad passes of the reference,
 value and reward models are put under autocast as ours are. For the generation,
 `local_rollout_forward_batch_size` = `--batch`, which in TRL also sizes those no-grad passes
-(ours runs them in micro-batches).
+(ours: `--inference-batch`, by default also `--batch`).
 
 What differs is each trainer's own design: TRL scores with a reward model (a one-layer one
 here), ours takes the episodes' rewards as given (random ones here: the evaluator's cost is in
@@ -101,7 +102,8 @@ def run_ours(args) -> dict:
     critic = ValueModel.from_causal_lm(actor)
     reference = copy.deepcopy(actor)
     config = PPOConfig(steps=args.iterations, tasks_per_step=args.batch, minibatch_size=args.minibatch,
-                       micro_batch_size=args.micro, ppo_epochs=args.epochs, kl_coef=0.05)
+                       micro_batch_size=args.micro, inference_batch_size=args.inference_batch,
+                       ppo_epochs=args.epochs, kl_coef=0.05)
     accelerator = Accelerator(mixed_precision="bf16" if args.bf16 else "no",
                               gradient_accumulation_steps=config.accumulation_steps)
     runtime = SimpleNamespace(accelerator=accelerator, rollout_config=RolloutConfig(temperature=1.0),
@@ -258,6 +260,9 @@ def parse_args(argv=None):
     parser.add_argument("--batch", type=int, default=64, help="episodes per iteration (default 64)")
     parser.add_argument("--minibatch", type=int, default=16, help="episodes per optimizer step (default 16)")
     parser.add_argument("--micro", type=int, default=8, help="episodes per forward/backward (default 8)")
+    parser.add_argument("--inference-batch", type=int,
+                        help="episodes per no-grad pass of ours (old log-probs, reference, values); default "
+                        "--batch, the chunk TRL's local_rollout_forward_batch_size gives its own")
     parser.add_argument("--epochs", type=int, default=1, help="PPO epochs per iteration (default 1)")
     parser.add_argument("--prompt", type=int, default=256, help="prompt tokens (default 256)")
     parser.add_argument("--response", type=int, default=256, help="generated tokens (default 256)")
@@ -267,7 +272,10 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the records to this JSON file")
     parser.add_argument("--worker-output", type=Path, help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.inference_batch is None:
+        args.inference_batch = args.batch
+    return args
 
 
 def run_in_subprocess(impl: str, argv: list[str]) -> dict:
@@ -288,6 +296,9 @@ def main(argv=None) -> int:
     if args.batch % args.minibatch or args.minibatch % args.micro:
         print("--batch must be a multiple of --minibatch, and --minibatch of --micro", file=sys.stderr)
         return 2
+    if args.inference_batch < 1:
+        print("--inference-batch must be at least 1", file=sys.stderr)
+        return 2
     if args.worker_output:
         record = run_ours(args) if args.impl == "cuda-agent" else run_trl(args)
         args.worker_output.write_text(json.dumps(record))
@@ -298,7 +309,8 @@ def main(argv=None) -> int:
     parameters = sum(p.numel() for p in random_policy(args).parameters())
     print(f"\nPPO iteration, {parameters / 1e6:.1f}M-parameter Llama-style model, batch {args.batch}, "
           f"prompt {args.prompt} + response {args.response} tokens, {args.epochs} epoch(s), "
-          f"minibatch {args.minibatch}, micro-batch {args.micro}, {'bf16' if args.bf16 else 'fp32'}")
+          f"minibatch {args.minibatch}, micro-batch {args.micro}, no-grad chunk {args.inference_batch} (ours), "
+          f"{'bf16' if args.bf16 else 'fp32'}")
     table = pd.DataFrame([r for r in records if "skipped" not in r])
     if not table.empty:
         print(table.to_string(index=False, float_format=lambda value: f"{value:.3f}"))
