@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU evidence, section by section, each logged under $OUT: bash benchmark/gpu_evidence.sh SECTION...
+# The trainer's and synthesis's evidence have their own scripts (benchmark/trainer_gpu_evidence.sh,
+# benchmark/synthesis_gpu_evidence.sh); the sections `trainer` and `synthesis` run them.
 set -u
-OUT=${OUT:-out/gpu-evidence}
+export OUT=${OUT:-out/gpu-evidence}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
@@ -9,63 +11,45 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/pip.log" 2
 run_section() {
   local section=$1
   case "$section" in
-    evaluator-tests) python3 -m pytest tests/gpu tests/adversarial -m gpu -q -p no:cacheprovider -rA -n ${TEST_WORKERS:-4} 2>&1 | grep -E "PASSED|FAILED|ERROR|passed|failed|Error|assert" | tail -40 ;;
-    graph) python3 -m pytest tests/adversarial/test_adversarial_gpu.py -k graph -q -p no:cacheprovider 2>&1 | tail -3 ;;
-    scripted) for p in leaky_relu scale_tanh_mean; do
-                cudaagent solve examples/problems/$p.py --engine scripted --model policy/scripts/cuda --device cuda --out "$OUT/solve_$p" 2>&1 | tail -6
-              done
-              python3 -c "from policy.tiny_model import build_and_save_tiny_model; build_and_save_tiny_model('/tmp/tiny')"
-              cudaagent solve examples/problems/leaky_relu.py --engine transformers --model /tmp/tiny --samples 3 --turns 5 \
-                --max-new-tokens 128 --device cuda --out "$OUT/tiny" 2>&1 | tail -6
-              for f in "$OUT"/tiny/trajectories/*.jsonl; do head -c 400 "$f"; echo; done ;;
-    bench-resume) cudaagent bench --out "$OUT/bench" 2>&1 | grep -iE "evaluated|resume|skipp"
-                  cudaagent bench --out "$OUT/bench" --resume 2>&1 | grep -iE "evaluated|resume|skipp|pair" ;;
-    bench) cudaagent bench --out "$OUT/bench" 2>&1 | tail -25; cat "$OUT/bench/leaderboard.md";
-           cudaagent bench --out "$OUT/bench" --resume 2>&1 | tail -4 ;;
-    spread) python3 benchmark/timing_spread.py --problem examples/problems/leaky_relu.py \
-              --candidate examples/candidates/cuda/leaky_relu.py --repeats 5 --ncu --json "$OUT/spread.json" 2>&1 | tail -15 ;;
-    policy) python3 -m pytest tests/policy -m gpu -q -p no:cacheprovider 2>&1 | tail -3
-            cudaagent solve examples/problems --engine scripted --model policy/scripts/cuda --device cuda --out "$OUT/solve" 2>&1 | tail -8
-            python3 -c "from policy.tiny_model import build_and_save_tiny_model; build_and_save_tiny_model('/tmp/tiny')"
-            cudaagent solve examples/problems/leaky_relu.py --engine transformers --model /tmp/tiny --samples 3 --turns 5 \
-              --max-new-tokens 128 --device cuda --out "$OUT/tiny" 2>&1 | tail -5
-            head -c 1500 "$(ls "$OUT"/tiny/trajectories/*.jsonl | head -1)"; echo ;;
-    synthesis) python3 -m synthesis synth crawl --out /tmp/synth/catalogue.json 2>&1 | tail -3
-               timeout 330 python3 benchmark/synthesis_throughput.py --count 600 --workers 12 --device cuda \
-                 --catalogue /tmp/synth/catalogue.json --out /tmp/synth/run600 --json "$OUT/synth.json" 2>&1 | tail -30
-               cat /tmp/synth/run600/summary.md | head -60 ;;
-    trainer) python3 -m pytest tests/trainer -m gpu -q -p no:cacheprovider 2>&1 | tail -3 ;;
-    spread-large) for pair in leaky_relu_64m:leaky_relu softmax_16k:softmax linear_bias_relu_4k:linear_bias_relu; do
-                    python3 benchmark/timing_spread.py --problem benchmark/problems/${pair%%:*}.py \
-                      --candidate examples/candidates/cuda/${pair##*:}.py --repeats 5 --ncu \
-                      --json "$OUT/spread_${pair%%:*}.json" 2>&1 | tail -12
-                  done ;;
-    trainer-debug) python3 -m pytest tests/trainer -m gpu -x -q -p no:cacheprovider --tb=long > "$OUT/trainer.log" 2>&1
-                   tail -60 "$OUT/trainer.log" ;;
-    synth-profile) python3 -m synthesis synth crawl --out /tmp/synth/catalogue.json --transformers-models 0 2>&1 | tail -1
-                   timeout ${SYNTH_SECONDS:-240} python3 benchmark/synthesis_throughput.py --count ${SYNTH_COUNT:-200} \
-                     --workers ${SYNTH_WORKERS:-14} --device cuda --catalogue /tmp/synth/catalogue.json \
-                     --out /tmp/synth/profile --json "$OUT/synth_profile.json" > "$OUT/synth_profile.log" 2>&1
-                   tail -30 "$OUT/synth_profile.log"
-                   python3 -c "from synthesis.manifest import Manifest; from synthesis.report import *; import sys
-f = Manifest('/tmp/synth/profile').frame(); print(len(f), 'candidates', int(f['kept'].sum()), 'kept')
-print(markdown_table(reason_table(f))); print(markdown_table(filter_time_table(f)))" 2>&1 | tail -40 ;;
+    evaluator-tests) python3 -m pytest tests/gpu tests/adversarial -m gpu -q -p no:cacheprovider -rA -n "${TEST_WORKERS:-4}" ;;
+    # Every bundled CUDA candidate through `cudaagent verify`, in parallel: builds overlap,
+    # timings queue on the GPU lock.
+    verify) nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
+            for problem in examples/problems/*.py; do
+              name=$(basename "$problem" .py)
+              cudaagent verify "$problem" "examples/candidates/cuda/$name.py" --device cuda --baselines eager,compile \
+                --output "$OUT/verify_$name.json" > "/tmp/verify_$name.log" 2>&1 &
+            done
+            wait
+            cat /tmp/verify_*.log ;;
+    bench) cudaagent bench --out "$OUT/bench"
+           cat "$OUT/bench/leaderboard.md"
+           cudaagent bench --out "$OUT/bench" --resume ;;
+    # Repeatability and truth of the timer on kernels over 50 us: PROBLEM:CANDIDATE pairs, the
+    # problems in benchmark/problems/, the candidates the bundled CUDA ones.
+    # shellcheck disable=SC2086  # an empty SPREAD_NCU adds no argument
+    spread) for pair in ${SPREAD_PAIRS:-leaky_relu_64m:leaky_relu linear_bias_relu_4k:linear_bias_relu}; do
+              python3 benchmark/timing_spread.py --problem "benchmark/problems/${pair%%:*}.py" \
+                --candidate "examples/candidates/cuda/${pair##*:}.py" --repeats 5 ${SPREAD_NCU---ncu} \
+                --json "$OUT/spread_${pair%%:*}.json"
+            done ;;
     jitter) for pin in "" "--pin-core 3"; do
+              # shellcheck disable=SC2086  # an empty $pin adds no argument
               python3 benchmark/e2e_jitter.py --problem benchmark/problems/leaky_relu_64m.py \
                 --candidate examples/candidates/cuda/leaky_relu.py --processes 5 $pin
             done ;;
-    spread-pairs) for pair in ${SPREAD_PAIRS:-leaky_relu_64m:leaky_relu linear_bias_relu_4k:linear_bias_relu}; do
-                    python3 benchmark/timing_spread.py --problem benchmark/problems/${pair%%:*}.py \
-                      --candidate examples/candidates/cuda/${pair##*:}.py --repeats 5 ${SPREAD_NCU---ncu} \
-                      --json "$OUT/spread_${pair%%:*}.json"
-                  done ;;
-    spread-linear) python3 benchmark/timing_spread.py --problem benchmark/problems/linear_bias_relu_4k.py \
-                     --candidate examples/candidates/cuda/linear_bias_relu.py --repeats 5 --ncu \
-                     --json "$OUT/spread_linear_bias_relu_4k.json" ;;
+    policy) python3 -m pytest tests/policy -m gpu -q -p no:cacheprovider
+            cudaagent solve examples/problems --engine scripted --model policy/scripts/cuda --device cuda --out "$OUT/solve"
+            python3 -c "from policy.tiny_model import build_and_save_tiny_model; build_and_save_tiny_model('/tmp/tiny')"
+            cudaagent solve examples/problems/leaky_relu.py --engine transformers --model /tmp/tiny --samples 3 --turns 5 \
+              --max-new-tokens 128 --device cuda --out "$OUT/tiny"
+            head -c 1500 "$(ls "$OUT"/tiny/trajectories/*.jsonl | head -1)"; echo ;;
+    trainer) bash benchmark/trainer_gpu_evidence.sh ;;
+    synthesis) bash benchmark/synthesis_gpu_evidence.sh ;;
     throughput-harness) python3 -m benchmark.harness_throughput --device cuda --count 20 --work /tmp/throughput \
                           --phase harness ;;
     # The sequential loop builds 20 extensions one after the other (over ten minutes): started in
-    # the background, its process group outlives this call; `throughput-report` waits for it.
+    # its own process session, it outlives this call; `throughput-wait` waits for it by its pid.
     throughput-sequential) mkdir -p /tmp/throughput
                            setsid nohup python3 -m benchmark.harness_throughput --device cuda --count 20 \
                              --work /tmp/throughput --phase sequential > /tmp/throughput/sequential.log 2>&1 &
@@ -80,7 +64,9 @@ print(markdown_table(reason_table(f))); print(markdown_table(filter_time_table(f
                      tail -3 /tmp/throughput/sequential.log ;;
     throughput-report) python3 -m benchmark.harness_throughput --device cuda --work /tmp/throughput --phase report \
                          --json "$OUT/throughput.json" ;;
-    *) echo "unknown section $section" ;;
+    *) echo "unknown section $section; sections: evaluator-tests verify bench spread jitter policy trainer synthesis" \
+            "throughput-harness throughput-sequential throughput-wait throughput-report"
+       return 2 ;;
   esac
 }
 for section in "$@"; do
