@@ -24,6 +24,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from benchmark.timing_spread import spread
+
 PARTS = ("e2e_ms", "stream_ms", "launch_us", "sync_us")
 
 
@@ -67,10 +69,6 @@ def measure_in_this_process(problem: Path, candidate: Path, samples: int, pin_co
             parts["launch_us"].append((t1 - t0) / 1e3)
             parts["sync_us"].append((t3 - t2) / 1e3)
     return {name: statistics.median(values) for name, values in parts.items()}
-
-
-def spread(values: list[float]) -> float:
-    return max(values) / min(values) - 1
 
 
 def main(argv=None) -> int:
