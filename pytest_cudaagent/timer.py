@@ -182,7 +182,7 @@ class Timer:
             # With the launch overlapped (every kernel on the timing stream when profiled), the
             # call's end on the timing stream is its end, unless the device stayed busy well
             # after it: then work elsewhere ran on, and the synchronised end counts.
-            if overlap and stream_ms is not None and elapsed_ms - stream_ms <= self.config.sync_latency_ms:
+            if overlap and elapsed_ms - stream_ms <= self.config.sync_latency_ms:  # overlap: CUDA only
                 elapsed_ms = stream_ms
             samples.append(elapsed_ms)
             final_outputs[content_index] = output
@@ -231,7 +231,7 @@ class Timer:
 
     def _flush_on_private_stream(self) -> None:
         with self._stream_context(self._flush_stream):
-            self._flush_buffer.fill_(0)
+            self.flush_cache()
 
 
 @dataclass
