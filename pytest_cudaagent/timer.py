@@ -101,6 +101,17 @@ def _sample_count(per_call_ms: float, config: TimingConfig, sets: int) -> int:
     return rounds * sets
 
 
+def call_time_ms(synchronised_ms: float, stream_ms: float | None, overlapped: bool,
+                 sync_latency_ms: float) -> float:
+    """One timed call's time. With the launch overlapped (every kernel on the timing stream when
+    profiled), the call's end on the timing stream is its end, unless the device-wide
+    synchronisation came back more than `sync_latency_ms` after it: then work elsewhere ran on,
+    and the synchronised end counts. Otherwise the synchronised end always counts."""
+    if overlapped and stream_ms is not None and synchronised_ms - stream_ms <= sync_latency_ms:
+        return stream_ms
+    return synchronised_ms
+
+
 class Timer:
     """Times `fn(*inputs)`; `fn` is the model's forward (or a baseline's)."""
 
@@ -179,12 +190,7 @@ class Timer:
             # Else every stream is already idle (the last call ended in a device-wide
             # synchronisation) and the start event waits behind the flush while the host launches.
             elapsed_ms, stream_ms, output = self.clock.time_call_split_ms(call_on(buffers[buffer_index]))
-            # With the launch overlapped (every kernel on the timing stream when profiled), the
-            # call's end on the timing stream is its end, unless the device stayed busy well
-            # after it: then work elsewhere ran on, and the synchronised end counts.
-            if overlap and elapsed_ms - stream_ms <= self.config.sync_latency_ms:  # overlap: CUDA only
-                elapsed_ms = stream_ms
-            samples.append(elapsed_ms)
+            samples.append(call_time_ms(elapsed_ms, stream_ms, overlap, self.config.sync_latency_ms))
             final_outputs[content_index] = output
         measurement = Measurement(samples, final_outputs, launch_overlapped=overlap)
         if profiled is not None:

@@ -149,3 +149,15 @@ def test_split_calls_refuses_when_the_flushes_do_not_frame_every_call():
     same_stream = [FakeKernel(0, 0, 100), FakeKernel(0, 150, 250), FakeKernel(0, 300, 400), FakeKernel(0, 500, 600)]
     with pytest.raises(RuntimeError, match="cannot tell the calls apart"):
         split_calls(same_stream, calls=2)
+
+
+def test_an_overlapped_call_ends_at_its_stream_end_unless_the_device_stayed_busy():
+    from pytest_cudaagent.timer import call_time_ms
+
+    # The synchronisation's usual wake-up (~11 us) is left out...
+    assert call_time_ms(0.201, 0.190, overlapped=True, sync_latency_ms=0.05) == 0.190
+    # ...but a device busy well after the stream's end (work on other streams) counts in full.
+    assert call_time_ms(0.400, 0.190, overlapped=True, sync_latency_ms=0.05) == 0.400
+    # Without the overlap (side streams seen, or --count-launch) the synchronised end counts.
+    assert call_time_ms(0.201, 0.190, overlapped=False, sync_latency_ms=0.05) == 0.201
+    assert call_time_ms(0.201, None, overlapped=True, sync_latency_ms=0.05) == 0.201  # the CPU
