@@ -353,13 +353,16 @@ def measure_ms(task: LoadedTask, fn, timer: Timer, stages: StageClock) -> tuple[
     return statistics.median(measurement.samples_ms), measurement.final_outputs
 
 
-def check_workload(eager_ms: float, config: FilterConfig) -> None:
+def check_workload(eager_ms: float, config: FilterConfig, batch: int | None) -> None:
+    # Without a module-level `batch_size = N` there is nothing to scale: say so, so that the
+    # author of a hand-written problem knows what to add.
+    fixed = f"(no module-level `{BATCH_VARIABLE} = N` to scale)"
     if eager_ms < config.min_ms:
-        raise FilterFailed("workload_too_fast",
-                           f"eager {eager_ms:.3g} ms < {config.min_ms} ms at the largest batch tried")
+        where = "at the largest batch tried" if batch is not None else fixed
+        raise FilterFailed("workload_too_fast", f"eager {eager_ms:.3g} ms < {config.min_ms} ms {where}")
     if eager_ms > config.max_ms:
-        raise FilterFailed("workload_too_slow",
-                           f"eager {eager_ms:.3g} ms > {config.max_ms} ms at the smallest batch tried")
+        where = "at the smallest batch tried" if batch is not None else fixed
+        raise FilterFailed("workload_too_slow", f"eager {eager_ms:.3g} ms > {config.max_ms} ms {where}")
 
 
 def check_compile(task: LoadedTask, expected: list, timer: Timer, stages: StageClock) -> float:
@@ -434,7 +437,7 @@ def check_task(source: str, config: FilterConfig, clock: Clock | None = None,
         except Exception as error:  # a size limit of some kernel, met at a scaled batch
             raise FilterFailed("eager_error", f"while scaling the batch: {type(error).__name__}: "
                                               f"{str(error)[:400]}") from None
-        check_workload(outcome.eager_ms, config)
+        check_workload(outcome.eager_ms, config, outcome.batch_size)
         eager_outputs = as_output_list(final_outputs[0])
         check_outputs(eager_outputs)
         outcome.output_shapes = [list(o.shape) for o in eager_outputs]

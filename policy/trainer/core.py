@@ -4,6 +4,7 @@ clipped policy and value losses, KL estimators and explained variance. Every fun
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -20,16 +21,28 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def masked_var(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Unbiased variance over the masked entries (Bessel's correction, as TRL and verl)."""
-    count = mask.sum()
-    mean = masked_mean(values, mask)
-    variance = masked_mean((values - mean) ** 2, mask)
-    return variance * count / (count - 1).clamp(min=1)
+    return masked_moments(values, mask)[1]
 
 
-def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
-    """Zero mean, unit variance over the masked entries; masked entries come back as zero."""
-    mean = masked_mean(values, mask)
-    whitened = (values - mean) * torch.rsqrt(masked_var(values, mask) + 1e-8)
+def masked_moments(values: torch.Tensor, mask: torch.Tensor,
+                   sum_over_processes: Callable[[torch.Tensor], torch.Tensor] | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, unbiased variance) over the masked entries; with `sum_over_processes`, over the
+    masked entries of every process's batch."""
+    total = sum_over_processes or (lambda tensor: tensor)
+    count = total(mask.sum())
+    mean = total(masked_sum(values, mask)) / count.clamp(min=1)
+    variance = total(masked_sum((values - mean) ** 2, mask)) / (count - 1).clamp(min=1)
+    return mean, variance
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True,
+                  sum_over_processes: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+    """Zero mean, unit variance over the masked entries; masked entries come back as zero.
+    `sum_over_processes` (data-parallel runs) sums a tensor over every process's batch, so each
+    process whitens with the whole batch's mean and variance, as one process holding it would."""
+    mean, variance = masked_moments(values, mask, sum_over_processes)
+    whitened = (values - mean) * torch.rsqrt(variance + 1e-8)
     if not shift_mean:
         whitened = whitened + mean
     return whitened * mask
@@ -173,10 +186,12 @@ def clipped_value_loss(
     return ValueLossTerms(0.5 * masked_sum(torch.maximum(unclipped, clipped), mask) / normaliser, clip_fraction)
 
 
-def explained_variance(predictions: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> float:
+def explained_variance(predictions: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
+                       sum_over_processes: Callable[[torch.Tensor], torch.Tensor] | None = None) -> float:
     """1 - Var(target - prediction) / Var(target) over masked tokens: 1 is perfect, 0 is no better
-    than predicting the mean, negative is worse."""
-    target_variance = masked_var(targets, mask)
+    than predicting the mean, negative is worse. `sum_over_processes`: over every process's batch."""
+    _, target_variance = masked_moments(targets, mask, sum_over_processes)
+    _, error_variance = masked_moments(targets - predictions, mask, sum_over_processes)
     if target_variance.item() == 0:
         return float("nan")
-    return float(1 - masked_var(targets - predictions, mask) / target_variance)
+    return float(1 - error_variance / target_variance)

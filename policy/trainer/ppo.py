@@ -27,6 +27,7 @@ from .core import (
 )
 from .metrics import reward_summary
 from .rollout import Minibatched, Rollout, RolloutBatch, micro_batches, pad_rollouts, resolve_scores
+from .runtime import sum_over_processes
 
 # A slice of the shifted (length T-1) columns; None: all of them.
 Columns = slice | None
@@ -157,8 +158,9 @@ class PPOTrainer:
         kl_per_token = kl_estimate(old_logprobs, ref_logprobs, config.kl_estimator)
         rewards = token_rewards(scores, kl_per_token, mask, config.kl_coef)
         advantages, returns = gae_advantages(rewards, old_values, mask, config.gamma, config.lam)
+        process_sum = sum_over_processes(accelerator)
         if config.whiten_advantages:
-            advantages = masked_whiten(advantages, mask)
+            advantages = masked_whiten(advantages, mask, sum_over_processes=process_sum)
 
         # 3. PPO epochs: shuffled minibatches, each an optimizer step over accumulated micro-batches.
         # Statistics stay on the device until the end: a host read per micro-batch would make the
@@ -182,10 +184,18 @@ class PPOTrainer:
             generated_tokens=mask.sum(),
             sequence_length=batch.attention_mask.sum(1).float().mean(),
         )
+        statistics = torch.stack([value.float() for value in summary.values()])
+        processes = accelerator.num_processes
+        if processes > 1:
+            # Every process's batch counts: means of the per-process means (equal episode
+            # counts), and the token count summed.
+            statistics = accelerator.reduce(statistics, reduction="mean")
         # One device-to-host copy for every statistic.
-        metrics = dict(zip(summary, torch.stack([value.float() for value in summary.values()]).tolist(), strict=True))
-        metrics["explained_variance"] = explained_variance(old_values, returns, mask)
+        metrics = dict(zip(summary, statistics.tolist(), strict=True))
+        metrics["generated_tokens"] *= processes
+        metrics["explained_variance"] = explained_variance(old_values, returns, mask, process_sum)
         return metrics, scores
+
 
     def _update(self, micro_batch, columns, old_logprobs, old_values, ref_logprobs, advantages, returns, token_count):
         config, accelerator = self.config, self.accelerator
@@ -243,7 +253,8 @@ class PPOTrainer:
                     rollout_seconds=rollout_seconds,
                     update_seconds=update_seconds,
                     generated_tokens_per_second=metrics["generated_tokens"] / max(rollout_seconds, 1e-9),
-                    trained_tokens_per_second=metrics["sequence_length"] * len(rollouts)
+                    # Over all processes: every process trains on as many episodes as this one.
+                    trained_tokens_per_second=metrics["sequence_length"] * len(rollouts) * self.accelerator.num_processes
                     * config.ppo_epochs / max(update_seconds, 1e-9),
                 )
                 runtime.logger.log(step, metrics, {"reward": all_scores})

@@ -5,6 +5,7 @@ this with the improved actor."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from .core import masked_sum
 from .metrics import reward_summary
 from .ppo import policy_logprobs
 from .rollout import Minibatched, Rollout, micro_batches, pad_rollouts, resolve_scores
+from .runtime import mean_over_processes, share_evenly
 
 
 @dataclass
@@ -95,15 +97,19 @@ class RFTTrainer:
                 scores = resolve_scores(rollouts)
                 collect_seconds = time.perf_counter() - collect_start
                 reasons = Counter(rejection_reason(r, config) for r in rollouts)
-                kept = [r for r in rollouts if rejection_reason(r, config) is None]
-                # Every process must run the same number of optimizer steps; a process with no
-                # kept episode this round would desynchronise the others, so all skip together.
-                kept_everywhere = runtime.accelerator.gather(torch.tensor([len(kept)], device=runtime.accelerator.device))
+                # Scored already (resolve_scores above): the future, which does not pickle, goes.
+                kept = [dataclasses.replace(r, reward_future=None) for r in rollouts
+                        if rejection_reason(r, config) is None]
+                # Every process must run the same number of optimizer steps: the kept episodes
+                # of all processes are dealt out evenly (on one process, nothing changes).
+                kept, kept_everywhere = share_evenly(runtime.accelerator, kept)
                 fine_tune_start = time.perf_counter()
-                sft_loss = self.fine_tune(kept) if int(kept_everywhere.min()) > 0 else float("nan")
+                sft_loss = (mean_over_processes(runtime.accelerator, self.fine_tune(kept)) if kept
+                            else float("nan"))
                 metrics = reward_summary(runtime.gather_scores(scores), config.pass_threshold)
                 metrics.update(
-                    kept=len(kept),
+                    kept=kept_everywhere,
+                    trained_on=len(kept) * runtime.accelerator.num_processes,
                     sft_loss=sft_loss,
                     collect_seconds=collect_seconds,
                     fine_tune_seconds=time.perf_counter() - fine_tune_start,

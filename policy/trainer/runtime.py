@@ -4,11 +4,13 @@ previous stage, the environment and its scorer, task sampling, rollout collectio
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import gather_object, set_seed
 from transformers import AutoModelForCausalLM
 
 from .episodes import collect_rollouts
@@ -135,3 +137,41 @@ class StageRuntime:
         self.logger.close()
         if hasattr(self.environment, "close"):
             self.environment.close()
+
+
+def seed_process(accelerator, seed: int) -> None:
+    """Seeds python, numpy and torch with `seed` plus the process index: data-parallel processes
+    must sample different answers (the same seed everywhere would make them generate the same
+    tokens for the same prompt, and the batch would hold copies), while process 0, and so every
+    one-process run, keeps the plain seed."""
+    set_seed(seed + accelerator.process_index)
+
+
+# Data-parallel helpers: on one process each is the identity (no collective call), so single-GPU
+# and CPU runs take no distributed path at all.
+def sum_over_processes(accelerator) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """A function that sums a tensor over the data-parallel processes; None on one process."""
+    if accelerator.num_processes == 1:
+        return None
+    return lambda tensor: accelerator.reduce(tensor, reduction="sum")
+
+
+def mean_over_processes(accelerator, value: float) -> float:
+    """The mean of a per-process number (a loss) over the processes."""
+    if accelerator.num_processes == 1:
+        return value
+    return accelerator.reduce(torch.tensor([value], device=accelerator.device), reduction="mean").item()
+
+
+def share_evenly(accelerator, items: list) -> tuple[list, int]:
+    """(this process's share, the count over all processes) of per-process lists of different
+    lengths: every process gets the same number, dealt round-robin from all of them, so all run
+    the same number of optimizer steps (DDP waits for every process at each backward); at most
+    num_processes - 1 items are left out."""
+    if accelerator.num_processes == 1:
+        return items, len(items)
+    everything = [item for share in gather_object([items]) for item in share]
+    processes = accelerator.num_processes
+    each = len(everything) // processes
+    mine = everything[accelerator.process_index::processes][:each]
+    return mine, len(everything)

@@ -5,9 +5,11 @@ stages produced, resumes from its own latest checkpoint, and is skipped once fin
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
-from accelerate.utils import set_seed
+import torch
 from transformers import AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
@@ -20,7 +22,7 @@ from .checkpoint import (
     stage_is_done,
 )
 from .config import StageConfig, TrainConfig
-from .runtime import StageRuntime, load_actor, load_critic
+from .runtime import StageRuntime, load_actor, load_critic, seed_process
 
 
 def base_model_path(config: TrainConfig) -> Path:
@@ -36,10 +38,20 @@ def base_model_path(config: TrainConfig) -> Path:
     from policy.tiny_model import build_and_save_tiny_model
 
     path = Path(config.output_dir) / "base-model"
-    if not (path / "config.json").exists():
-        build_and_save_tiny_model(
-            path, hidden_size=config.tiny_model.hidden_size, layers=config.tiny_model.layers, seed=config.tiny_model.seed
-        )
+    if (path / "config.json").exists():
+        return path
+    # Under several processes each builds the same seeded model in a folder of its own and the
+    # first rename wins: no process ever reads a half-written one (a half-written tokenizer does
+    # not load). No accelerate state here: a PartialState made before the stage's Accelerator
+    # would fix the distributed set-up without the Accelerator's options.
+    building = path.with_name(f"{path.name}.building-{os.getpid()}")
+    build_and_save_tiny_model(
+        building, hidden_size=config.tiny_model.hidden_size, layers=config.tiny_model.layers, seed=config.tiny_model.seed
+    )
+    try:
+        building.rename(path)
+    except OSError:  # another process got there first
+        shutil.rmtree(building, ignore_errors=True)
     return path
 
 
@@ -52,7 +64,7 @@ def run_stage(config: TrainConfig, stage: StageConfig, stage_dir: Path, actor_pa
     tokenizer = AutoTokenizer.from_pretrained(actor_path)
     settings = stage.settings
     runtime = StageRuntime.create(config, stage, stage_dir, tokenizer, settings.accumulation_steps)
-    set_seed(config.seed)
+    seed_process(runtime.accelerator, config.seed)
     checkpointing = config.gradient_checkpointing
     if stage.name == "ppo-single-turn" and runtime.environment.max_turns != 1:
         raise ValueError(
@@ -115,4 +127,9 @@ def run_pipeline(config: TrainConfig, only_stage: str | None = None, resume: boo
         trained_actor, trained_critic = final_model_paths(stage_dir)
         actor_path = trained_actor or actor_path
         critic_path = trained_critic or critic_path
+    if torch.distributed.is_initialized():
+        # Leave together: a process that exits while another still uses the process group
+        # can abort it.
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
     return summaries

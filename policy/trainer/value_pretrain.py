@@ -13,6 +13,7 @@ from .core import clipped_value_loss, explained_variance, gae_advantages, token_
 from .metrics import reward_summary
 from .ppo import critic_values, in_chunks
 from .rollout import Minibatched, micro_batches, pad_rollouts, resolve_scores
+from .runtime import mean_over_processes, sum_over_processes
 
 
 @dataclass
@@ -83,10 +84,11 @@ class ValuePretrainer:
                 value_loss = self.fit(batch, returns)
                 values_after = in_chunks(lambda b: critic_values(self.critic, b), batch, config.micro_batch_size)
                 metrics = reward_summary(runtime.gather_scores(scores), config.pass_threshold)
+                process_sum = sum_over_processes(accelerator)
                 metrics.update(
-                    value_loss=value_loss,
-                    explained_variance=explained_variance(values_before, returns, mask),
-                    explained_variance_after_fit=explained_variance(values_after, returns, mask),
+                    value_loss=mean_over_processes(accelerator, value_loss),
+                    explained_variance=explained_variance(values_before, returns, mask, process_sum),
+                    explained_variance_after_fit=explained_variance(values_after, returns, mask, process_sum),
                     collect_seconds=collect_seconds,
                     fit_seconds=time.perf_counter() - fit_start,
                 )

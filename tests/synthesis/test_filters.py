@@ -100,6 +100,7 @@ def test_too_fast_without_a_batch_knob_is_dropped(cpu_filters):
     source = task("return torch.tanh(x)").replace("batch_size = 8", "").replace("batch_size", "8")
     outcome = check_task(source, config)
     assert outcome.reasons == ["workload_too_fast"]
+    assert "no module-level `batch_size = N`" in outcome.details["workload_too_fast"]
 
 
 def test_batch_knob_rewrite():

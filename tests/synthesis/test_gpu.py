@@ -24,7 +24,11 @@ def test_filters_on_the_gpu_scale_into_the_paper_window():
 @pytest.mark.gpu
 def test_scaled_workload_stays_inside_the_memory_ceiling():
     """One memory-bound kernel cannot reach 1 ms inside 256 MiB: the search stops at the ceiling
-    (measured with the allocator's statistics) instead of drawing gigabytes."""
+    (measured with the allocator's statistics) instead of drawing gigabytes. The bound is the
+    worst case FilterConfig.max_task_bytes documents: while eager is timed, 1.5 forwards (input
+    128 MiB, two outputs of 128 MiB alive across consecutive calls) plus a copy of the inputs,
+    that is twice the ceiling for tanh, plus the timer's L2 flush buffer; on the H100 the peak
+    equals it exactly."""
     config = FilterConfig(device="cuda", max_task_bytes=256 << 20)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
@@ -32,7 +36,7 @@ def test_scaled_workload_stays_inside_the_memory_ceiling():
     outcome = check_task(task("return torch.tanh(x)"), config)
     assert outcome.reasons == ["workload_too_fast"], outcome.details
     timer_bytes = config.timing.l2_flush_bytes
-    assert torch.cuda.max_memory_allocated() - before < 2 * config.max_task_bytes + timer_bytes
+    assert torch.cuda.max_memory_allocated() - before <= 2 * config.max_task_bytes + timer_bytes
 
 
 @pytest.mark.gpu
