@@ -55,7 +55,7 @@ class ScalingRun:
 
 def planned_runs(quick: bool) -> list[ScalingRun]:
     # The curve runs repeat test_gpu.py's bf16 learning set-up at a global batch of 64.
-    curve_steps, throughput_steps = (3, 2) if quick else (24, 5)
+    curve_steps, throughput_steps = (3, 2) if quick else (24, 10)
     big = (64, 2) if quick else (768, 8)
     new_tokens = 8 if quick else 128
     curve = dict(experiment="curve", hidden_size=64, layers=2, steps=curve_steps, max_new_tokens=6,
@@ -102,16 +102,20 @@ def launch(run: ScalingRun, work: Path, cpu: bool, log) -> Path:
     config_path = work / f"{run.name}.yaml"
     work.mkdir(parents=True, exist_ok=True)
     mixed_precision = "no" if cpu else "bf16"
+    threads = 1 if cpu else 8
     config_path.write_text(yaml.safe_dump(train_config(run, run_dir, mixed_precision)))
     command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(run.processes),
                "--num_machines", "1", "--mixed_precision", mixed_precision, "--dynamo_backend", "no",
-               "--main_process_port", "0"]
+               "--main_process_port", "0",
+               # The same host threads for every run (torchrun would give each of several
+               # processes one, a single process all of them).
+               "--num_cpu_threads_per_process", str(threads)]
     if run.processes > 1:
         command.append("--multi_gpu")  # with ACCELERATE_USE_CPU=1: several CPU processes over gloo
     command += ["-m", "policy.trainer.cli", "--config", str(config_path), "--no-resume"]
     env = os.environ | {"PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     if cpu:
-        env |= {"ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+        env |= {"ACCELERATE_USE_CPU": "1"}
     started = time.perf_counter()
     print(f"== {run.name}: {run.processes} process(es) x {run.tasks_per_step} episodes, "
           f"{run.hidden_size} hidden x {run.layers} layers, {run.steps} steps", file=log, flush=True)

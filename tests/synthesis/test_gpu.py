@@ -27,8 +27,8 @@ def test_scaled_workload_stays_inside_the_memory_ceiling():
     (measured with the allocator's statistics) instead of drawing gigabytes. The bound is the
     worst case FilterConfig.max_task_bytes documents: while eager is timed, 1.5 forwards (input
     128 MiB, two outputs of 128 MiB alive across consecutive calls) plus a copy of the inputs,
-    that is twice the ceiling for tanh, plus the timer's L2 flush buffer; on the H100 the peak
-    equals it exactly."""
+    that is twice the ceiling for tanh, plus the timer's L2 flush buffer, plus small tensors
+    (scalars, indices: on an H100 and an H200 the peak came to all that and 3 KiB)."""
     config = FilterConfig(device="cuda", max_task_bytes=256 << 20)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
@@ -36,7 +36,8 @@ def test_scaled_workload_stays_inside_the_memory_ceiling():
     outcome = check_task(task("return torch.tanh(x)"), config)
     assert outcome.reasons == ["workload_too_fast"], outcome.details
     timer_bytes = config.timing.l2_flush_bytes
-    assert torch.cuda.max_memory_allocated() - before <= 2 * config.max_task_bytes + timer_bytes
+    small_tensors = 1 << 20
+    assert torch.cuda.max_memory_allocated() - before <= 2 * config.max_task_bytes + timer_bytes + small_tensors
 
 
 @pytest.mark.gpu
