@@ -115,6 +115,11 @@ class _BatchingEngine(Engine):
             for (_, future), generation in zip(batch, generations, strict=True):
                 future.set_result(generation)
 
+    def generate_batch(self, requests: list[GenerationRequest]) -> list[Generation]:
+        """A batch the caller already holds (the trainer's lockstep rollouts), generated at once in
+        the caller's thread; `generate` is for episodes that each hold one request."""
+        return self._generate_batch(requests)
+
     def _generate_batch(self, requests: list[GenerationRequest]) -> list[Generation]:
         raise NotImplementedError
 

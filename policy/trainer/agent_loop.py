@@ -69,7 +69,10 @@ class AgentLoopEnvironment:
         self.problem_files = find_problems(self.problems)
         self.pool = EvaluationPool(self.device, self.gpus)
 
-    def run_episodes(self, model, tokenizer, rng: random.Random, count: int, rollout_config, step: int) -> list[Rollout]:
+    def run_episodes(self, model, tokenizer, rng: random.Random, count: int, rollout_config, step: int,
+                     engine=None) -> list[Rollout]:
+        """`count` episodes; `engine`: a token engine that already holds the actor's weights (the
+        trainer's vLLM one), else a TransformersEngine over `model` for these episodes."""
         from rich.console import Console
 
         from policy.engines import SamplingConfig, TransformersEngine
@@ -78,8 +81,10 @@ class AgentLoopEnvironment:
         problems = [rng.choice(self.problem_files) for _ in range(count)]
         out_dir = Path(self.work_dir) / f"step-{step:06d}-{rng.randrange(1 << 30):08x}"
         shutil.rmtree(out_dir, ignore_errors=True)  # a resumed step replays its episodes afresh
-        engine = TransformersEngine(model, tokenizer, SamplingConfig(temperature=rollout_config.temperature),
-                                    max_batch=self.generation_batch)
+        own_engine = engine is None
+        if own_engine:
+            engine = TransformersEngine(model, tokenizer, SamplingConfig(temperature=rollout_config.temperature),
+                                        max_batch=self.generation_batch)
         try:
             # solve() names episodes by problem and sample, so repeats of a problem get distinct samples.
             outcomes = []
@@ -87,8 +92,9 @@ class AgentLoopEnvironment:
                 config = self.solve_config(out_dir / f"round-{sample}", rollout_config.max_new_tokens)
                 outcomes += solve(chunk, engine, config, pool=self.pool, console=Console(quiet=True))
         finally:
-            engine.close()
-            model.train()  # the engine switched it to eval mode
+            if own_engine:
+                engine.close()
+                model.train()  # the engine switched it to eval mode
         return _at_most(count, [rollouts_from_outcome(outcome) for outcome in outcomes])
 
     def solve_config(self, out_dir: Path, max_new_tokens: int):

@@ -34,6 +34,15 @@ class RolloutConfig:
     # PPO optimises the sampler's own distribution, so sampling is plain temperature sampling.
     temperature: float = 1.0
     generation_batch_size: int = 64
+    # in-process: generate with the actor itself (transformers); vllm: a vLLM engine in this
+    # process that gets the actor's weights pushed before every collection (one process only).
+    engine: str = "in-process"
+    # Keyword arguments of vllm.LLM (e.g. gpu_memory_utilization: 0.3, leaving room to train).
+    vllm_options: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.engine not in ("in-process", "vllm"):
+            raise ValueError(f"rollout engine {self.engine!r} is unknown; use in-process or vllm")
 
 
 @dataclass

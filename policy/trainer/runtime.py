@@ -82,9 +82,13 @@ class StageRuntime:
     seed: int
     save_every: int
     progress: bool
+    # The stage's starting actor: what a vLLM sampler loads before the first weight push.
+    model_path: Path | None = None
+    vllm: object | None = None  # the VLLMSampler, built at the first collection that needs it
 
     @classmethod
-    def create(cls, train_config, stage, stage_dir: Path, tokenizer, gradient_accumulation_steps: int = 1):
+    def create(cls, train_config, stage, stage_dir: Path, tokenizer, gradient_accumulation_steps: int = 1,
+               model_path: Path | None = None):
         accelerator = Accelerator(
             mixed_precision=train_config.mixed_precision,
             gradient_accumulation_steps=gradient_accumulation_steps,
@@ -92,9 +96,13 @@ class StageRuntime:
         environment = build_environment(stage.environment.kind, stage.environment.options)
         scorer = build_scorer(environment, stage.environment.scorer, stage.environment.scoring_devices)
         logger = MetricsLogger(stage_dir, stage.name, train_config.tensorboard, accelerator.is_main_process)
+        if stage.rollout.engine == "vllm" and accelerator.num_processes > 1:
+            raise ValueError("rollout engine vllm runs one engine in the trainer's process and supports one "
+                             "process only; on several GPUs use engine: in-process")
         return cls(
             stage.name, stage_dir, accelerator, tokenizer, environment, scorer, logger, stage.rollout,
             train_config.seed, train_config.save_every, train_config.progress and accelerator.is_main_process,
+            model_path,
         )
 
     def task_rng(self, step: int) -> random.Random:
@@ -114,12 +122,14 @@ class StageRuntime:
         """`count` episodes with the current actor. An environment that drives its own episodes
         (the agent loop) runs them; otherwise they run here in lockstep."""
         rng = self.task_rng(step)
+        sampler = self.vllm_sampler(actor) if self.rollout_config.engine == "vllm" else None
         if hasattr(self.environment, "run_episodes"):
             return self.environment.run_episodes(
-                self.accelerator.unwrap_model(actor), self.tokenizer, rng, count, self.rollout_config, step
+                self.accelerator.unwrap_model(actor), self.tokenizer, rng, count, self.rollout_config, step,
+                engine=sampler.engine if sampler else None,
             )
         return collect_rollouts(
-            self.generator_for(actor),
+            sampler or self.generator_for(actor),
             self.tokenizer,
             self.environment,
             self.environment.sample_tasks(count, rng),
@@ -128,11 +138,25 @@ class StageRuntime:
             self.rollout_config.max_total_tokens,
         )
 
+    def vllm_sampler(self, actor):
+        """The stage's vLLM sampler (built once, from model_path) with `actor`'s current weights."""
+        if self.vllm is None:
+            from .vllm_sampler import VLLMSampler
+
+            if self.model_path is None:
+                raise ValueError("rollout engine vllm needs the stage's model path to start the engine from")
+            self.vllm = VLLMSampler(self.model_path, self.rollout_config.temperature, self.tokenizer.eos_token_id,
+                                    self.rollout_config.generation_batch_size, self.rollout_config.vllm_options)
+        self.vllm.push_weights(self.accelerator.unwrap_model(actor))
+        return self.vllm
+
     def gather_scores(self, scores: torch.Tensor) -> torch.Tensor:
         """Every process's episode rewards (the same count on each), for metrics."""
         return self.accelerator.gather(scores.to(self.accelerator.device)).cpu()
 
     def close(self) -> None:
+        if self.vllm is not None:
+            self.vllm.close()
         self.scorer.close()
         self.logger.close()
         if hasattr(self.environment, "close"):

@@ -63,7 +63,7 @@ def run_stage(config: TrainConfig, stage: StageConfig, stage_dir: Path, actor_pa
               resume: bool = True) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(actor_path)
     settings = stage.settings
-    runtime = StageRuntime.create(config, stage, stage_dir, tokenizer, settings.accumulation_steps)
+    runtime = StageRuntime.create(config, stage, stage_dir, tokenizer, settings.accumulation_steps, actor_path)
     seed_process(runtime.accelerator, config.seed)
     checkpointing = config.gradient_checkpointing
     if stage.name == "ppo-single-turn" and runtime.environment.max_turns != 1:
