@@ -10,12 +10,16 @@ from .result import Result
 
 
 def append_result(path: str | Path, result: Result) -> None:
+    append_json_line(path, result.to_json())
+
+
+def append_json_line(path: str | Path, line: str) -> None:
+    """Appends one JSON line under a lock file, so that xdist workers never interleave lines."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = result.to_json() + "\n"
     with file_lock(path.with_name(path.name + ".lock")):
         with open(path, "a") as handle:
-            handle.write(line)
+            handle.write(line + "\n")
             handle.flush()
 
 

@@ -1,0 +1,86 @@
+"""pytest plugin: the synthesis filters as test items, one per problem file, so that pytest-xdist
+spreads them over workers and GPUs (each xdist worker is pinned to one GPU by the cudaagent
+plugin). An item passes when its task is kept and fails with the filters' reasons otherwise.
+
+    pytest -p no:cacheprovider -n 8 --cudaagent-synth tasks/ --cudaagent-synth-out verdicts.jsonl
+
+Hooks and options only: the work is `synthesis.cli.check_file` (the same as `cudaagent synth
+check`: the static checks, then the runtime filters in a worker process with a timeout). Each file
+is checked on its own, so near-duplicates among the files are not looked for here (`synth run`
+does that); near-duplicates of KernelBench are, with --cudaagent-synth-kernelbench.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("cudaagent-synth", "cuda-agent synthesis filters")
+    group.addoption("--cudaagent-synth", action="append", default=[], metavar="PATH",
+                    help="a problem file or a directory of them to filter (repeatable)")
+    group.addoption("--cudaagent-synth-out", default=None, metavar="FILE",
+                    help="append every verdict to this JSONL file as it finishes")
+    group.addoption("--cudaagent-synth-kernelbench", default=None, metavar="PATH",
+                    help="KernelBench clone or dataset files: drop near-duplicates of its problems")
+
+
+def problem_files(paths: list[str]) -> list[Path]:
+    files = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            files += sorted(p for p in path.glob("*.py") if not p.name.startswith("_"))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise pytest.UsageError(f"--cudaagent-synth {path}: no such file or directory")
+    return files
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    for path in problem_files(config.getoption("cudaagent_synth")):
+        items.append(SynthFilterItem.from_parent(session, name=f"cudaagent-synth::{path.stem}", path_to_check=path))
+
+
+class TaskDropped(Exception):
+    def __init__(self, verdict: dict):
+        details = "; ".join(f"{reason}: {verdict['details'].get(reason, '')}" for reason in verdict["reasons"])
+        super().__init__(f"dropped: {details}")
+        self.verdict = verdict
+
+
+class SynthFilterItem(pytest.Item):
+    def __init__(self, *, path_to_check: Path, **kwargs):
+        super().__init__(**kwargs)
+        self.path_to_check = path_to_check
+
+    def runtest(self) -> None:
+        from .cli import check_file
+        from .filters import FilterConfig
+
+        device = self.config.getoption("cudaagent_device", None) or "auto"
+        if device == "auto":
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        kernelbench = self.config.getoption("cudaagent_synth_kernelbench")
+        verdict = check_file(self.path_to_check, FilterConfig(device=device), Path(kernelbench) if kernelbench else None)
+        self.user_properties.append(("cudaagent_synth_verdict", json.dumps(verdict)))
+        out = self.config.getoption("cudaagent_synth_out")
+        if out:
+            from pytest_cudaagent.results_file import append_json_line
+
+            append_json_line(out, json.dumps(verdict))
+        if not verdict["kept"]:
+            raise TaskDropped(verdict)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, TaskDropped):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path_to_check, None, f"cudaagent-synth: {self.path_to_check.name}"
