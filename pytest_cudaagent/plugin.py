@@ -92,8 +92,19 @@ def _requested_pairs(config: pytest.Config) -> list[Pair]:
     return pairs
 
 
+def drop_default_tests(config: pytest.Config, items: list) -> None:
+    """When the command line named no test paths (pytest fell back to testpaths or the current folder),
+    a run asked to evaluate candidates or filter tasks is about those only: the project's own
+    tests are deselected instead of running alongside."""
+    if getattr(config, "args_source", None) != pytest.Config.ArgsSource.ARGS and items:
+        config.hook.pytest_deselected(items=list(items))
+        items.clear()
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     pairs = _requested_pairs(config)
+    if pairs:
+        drop_default_tests(config, items)
     results_path = _setting(config, "--cudaagent-results")
     skip = done_keys(results_path) if results_path and _setting(config, "--cudaagent-resume") else set()
     for pair in pairs:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_cudaagent.plugin import drop_default_tests
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("cudaagent-synth", "cuda-agent synthesis filters")
@@ -26,6 +28,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="append every verdict to this JSONL file as it finishes")
     group.addoption("--cudaagent-synth-kernelbench", default=None, metavar="PATH",
                     help="KernelBench clone or dataset files: drop near-duplicates of its problems")
+    group.addoption("--cudaagent-synth-window", default="1,100", metavar="MIN_MS,MAX_MS",
+                    help="eager runtime window in ms (default 1,100)")
+
+
+WINDOW = pytest.StashKey[tuple[float, float]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        min_ms, max_ms = (float(v) for v in config.getoption("cudaagent_synth_window").split(","))
+    except ValueError:
+        raise pytest.UsageError("--cudaagent-synth-window takes MIN_MS,MAX_MS, e.g. 1,100") from None
+    config.stash[WINDOW] = (min_ms, max_ms)
+    if config.getoption("cudaagent_synth") and getattr(config, "args_source", None) != pytest.Config.ArgsSource.ARGS:
+        # No test paths on the command line: collect nothing but the tasks (pytest would
+        # otherwise walk the current folder, or the project's testpaths, for tests).
+        config.args[:] = []
 
 
 def problem_files(paths: list[str]) -> list[Path]:
@@ -41,7 +60,10 @@ def problem_files(paths: list[str]) -> list[Path]:
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    for path in problem_files(config.getoption("cudaagent_synth")):
+    files = problem_files(config.getoption("cudaagent_synth"))
+    if files:
+        drop_default_tests(config, items)
+    for path in files:
         items.append(SynthFilterItem.from_parent(session, name=f"cudaagent-synth::{path.stem}", path_to_check=path))
 
 
@@ -67,7 +89,9 @@ class SynthFilterItem(pytest.Item):
 
             device = "cuda" if torch.cuda.is_available() else "cpu"
         kernelbench = self.config.getoption("cudaagent_synth_kernelbench")
-        verdict = check_file(self.path_to_check, FilterConfig(device=device), Path(kernelbench) if kernelbench else None)
+        min_ms, max_ms = self.config.stash[WINDOW]
+        filters = FilterConfig(device=device, min_ms=min_ms, max_ms=max_ms)
+        verdict = check_file(self.path_to_check, filters, Path(kernelbench) if kernelbench else None)
         self.user_properties.append(("cudaagent_synth_verdict", json.dumps(verdict)))
         out = self.config.getoption("cudaagent_synth_out")
         if out:

@@ -71,3 +71,12 @@ def test_half_a_pair_of_options_is_a_usage_error(pytester):
     outcome = pytester.runpytest_subprocess("--cudaagent-problem", str(SMALL_LEAKY))
     assert outcome.ret == pytest.ExitCode.USAGE_ERROR
     outcome.stderr.fnmatch_lines(["*--cudaagent-problem and --cudaagent-candidate go together*"])
+
+
+def test_a_candidate_run_without_test_paths_leaves_the_folders_tests_out(pytester):
+    pytester.makepyfile(test_unrelated="def test_unrelated():\n    assert False\n")
+    pair = ["--cudaagent-problem", str(SMALL_LEAKY), "--cudaagent-candidate", str(TEST_CANDIDATES / "wrong_shape.py")]
+    # No paths: only the candidate is evaluated (it fails: wrong shape); the folder's test is deselected.
+    pytester.runpytest_subprocess(*pair, *FAST).assert_outcomes(failed=1, deselected=1)
+    # Paths named on the command line are collected as usual, next to the candidate.
+    pytester.runpytest_subprocess("test_unrelated.py", *pair, *FAST).assert_outcomes(failed=2)
