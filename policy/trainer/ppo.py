@@ -196,7 +196,6 @@ class PPOTrainer:
         metrics["explained_variance"] = explained_variance(old_values, returns, mask, process_sum)
         return metrics, scores
 
-
     def _update(self, micro_batch, columns, old_logprobs, old_values, ref_logprobs, advantages, returns, token_count):
         config, accelerator = self.config, self.accelerator
         mask = micro_batch.action_mask[:, columns]

@@ -93,12 +93,12 @@ class StageRuntime:
             mixed_precision=train_config.mixed_precision,
             gradient_accumulation_steps=gradient_accumulation_steps,
         )
-        environment = build_environment(stage.environment.kind, stage.environment.options)
-        scorer = build_scorer(environment, stage.environment.scorer, stage.environment.scoring_devices)
-        logger = MetricsLogger(stage_dir, stage.name, train_config.tensorboard, accelerator.is_main_process)
         if stage.rollout.engine == "vllm" and accelerator.num_processes > 1:
             raise ValueError("rollout engine vllm runs one engine in the trainer's process and supports one "
                              "process only; on several GPUs use engine: in-process")
+        environment = build_environment(stage.environment.kind, stage.environment.options)
+        scorer = build_scorer(environment, stage.environment.scorer, stage.environment.scoring_devices)
+        logger = MetricsLogger(stage_dir, stage.name, train_config.tensorboard, accelerator.is_main_process)
         return cls(
             stage.name, stage_dir, accelerator, tokenizer, environment, scorer, logger, stage.rollout,
             train_config.seed, train_config.save_every, train_config.progress and accelerator.is_main_process,
