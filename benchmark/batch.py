@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from pytest_cudaagent.config import resolve_device
 from pytest_cudaagent.pairing import Pair
 from pytest_cudaagent.result import Result
 from pytest_cudaagent.results_file import done_keys, pair_key
@@ -66,12 +67,6 @@ def gpu_count() -> int:
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def resolve_device(device: str) -> str:
-    if device != "auto":
-        return device
-    return "cuda" if gpu_count() else "cpu"
 
 
 def default_workers(device: str, gpus: int, cpus: int) -> int:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from pytest_cudaagent import EvalConfig
+from pytest_cudaagent.config import resolve_device
 from pytest_cudaagent.files import BadFileError
 
 
@@ -69,7 +70,7 @@ def run_solve(args: argparse.Namespace) -> int:
     from .tools import ToolboxConfig
 
     console = Console(stderr=True)
-    device = args.device or EvalConfig(device="auto").resolved_device()
+    device = args.device or resolve_device("auto")
     try:
         problems = find_problems(args.problems)
         sampling = SamplingConfig(args.temperature, args.top_p, args.top_k, args.seed, args.sampling_extra)

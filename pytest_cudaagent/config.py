@@ -103,11 +103,7 @@ class EvalConfig:
         raise ValueError(f"unknown tolerance preset {self.tolerance!r}; use 'default' or 'strict'")
 
     def resolved_device(self) -> str:
-        if self.device != "auto":
-            return self.device
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return resolve_device(self.device)
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
@@ -123,3 +119,12 @@ class EvalConfig:
         data["baselines"] = tuple(data.get("baselines", ()))
         data["cache_dir"] = Path(data.get("cache_dir", default_cache_dir()))
         return cls(**data)
+
+
+def resolve_device(device: str) -> str:
+    """`device` as given, or for "auto" cuda when a GPU is visible, else cpu."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"

@@ -12,6 +12,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from pytest_cudaagent.config import resolve_device
+
 from .filters import FilterConfig
 from .pool import PoolConfig
 
@@ -40,11 +42,7 @@ def _add_filter_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _filter_config(args) -> FilterConfig:
-    device = args.device
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = resolve_device(args.device)
     if args.min_ms >= args.max_ms:
         raise SystemExit(f"--min-ms {args.min_ms} must be below --max-ms {args.max_ms}")
     return FilterConfig(device=device, min_ms=args.min_ms, max_ms=args.max_ms, compile=not args.no_compile,

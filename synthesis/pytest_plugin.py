@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_cudaagent.config import resolve_device
 from pytest_cudaagent.plugin import drop_default_tests
 
 
@@ -83,11 +84,7 @@ class SynthFilterItem(pytest.Item):
         from .cli import check_file
         from .filters import FilterConfig
 
-        device = self.config.getoption("cudaagent_device", None) or "auto"
-        if device == "auto":
-            import torch
-
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = resolve_device(self.config.getoption("cudaagent_device", None) or "auto")
         kernelbench = self.config.getoption("cudaagent_synth_kernelbench")
         min_ms, max_ms = self.config.stash[WINDOW]
         filters = FilterConfig(device=device, min_ms=min_ms, max_ms=max_ms)
