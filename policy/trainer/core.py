@@ -19,16 +19,11 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp(min=1)
 
 
-def masked_var(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Unbiased variance over the masked entries (Bessel's correction, as TRL and verl)."""
-    return masked_moments(values, mask)[1]
-
-
 def masked_moments(values: torch.Tensor, mask: torch.Tensor,
                    sum_over_processes: Callable[[torch.Tensor], torch.Tensor] | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean, unbiased variance) over the masked entries; with `sum_over_processes`, over the
-    masked entries of every process's batch."""
+    """(mean, unbiased variance: Bessel's correction, as TRL and verl) over the masked entries;
+    with `sum_over_processes`, over the masked entries of every process's batch."""
     total = sum_over_processes or (lambda tensor: tensor)
     count = total(mask.sum())
     mean = total(masked_sum(values, mask)) / count.clamp(min=1)

@@ -32,6 +32,7 @@ from .runtime import sum_over_processes
 # A slice of the shifted (length T-1) columns; None: all of them.
 Columns = slice | None
 
+
 @dataclass
 class PPOConfig(Minibatched):
     steps: int = 20

@@ -106,7 +106,8 @@ class RFTTrainer:
                 fine_tune_start = time.perf_counter()
                 sft_loss = (mean_over_processes(runtime.accelerator, self.fine_tune(kept)) if kept
                             else float("nan"))
-                metrics = reward_summary(runtime.gather_scores(scores), config.pass_threshold)
+                all_scores = runtime.gather_scores(scores)  # every process's episodes, as PPO logs
+                metrics = reward_summary(all_scores, config.pass_threshold)
                 metrics.update(
                     kept=kept_everywhere,
                     trained_on=len(kept) * runtime.accelerator.num_processes,
@@ -115,7 +116,7 @@ class RFTTrainer:
                     fine_tune_seconds=time.perf_counter() - fine_tune_start,
                     **{f"dropped_{reason}": count for reason, count in reasons.items() if reason},
                 )
-                runtime.logger.log(round_index, metrics, {"reward": scores})
+                runtime.logger.log(round_index, metrics, {"reward": all_scores})
                 progress.advance(metrics)
                 summary = metrics
                 if (round_index + 1) % runtime.save_every == 0 and round_index + 1 < config.rounds:

@@ -83,7 +83,8 @@ class ValuePretrainer:
                 fit_start = time.perf_counter()
                 value_loss = self.fit(batch, returns)
                 values_after = in_chunks(lambda b: critic_values(self.critic, b), batch, config.micro_batch_size)
-                metrics = reward_summary(runtime.gather_scores(scores), config.pass_threshold)
+                all_scores = runtime.gather_scores(scores)  # every process's episodes, as PPO logs
+                metrics = reward_summary(all_scores, config.pass_threshold)
                 process_sum = sum_over_processes(accelerator)
                 metrics.update(
                     value_loss=mean_over_processes(accelerator, value_loss),
@@ -92,7 +93,7 @@ class ValuePretrainer:
                     collect_seconds=collect_seconds,
                     fit_seconds=time.perf_counter() - fit_start,
                 )
-                runtime.logger.log(round_index, metrics, {"reward": scores})
+                runtime.logger.log(round_index, metrics, {"reward": all_scores})
                 progress.advance(metrics)
                 summary = metrics
                 if (round_index + 1) % runtime.save_every == 0 and round_index + 1 < config.rounds:
