@@ -75,7 +75,9 @@ class Worker:
 
     def _check_memory(self) -> None:
         try:
-            rss = psutil.Process(self.process.pid).memory_info().rss
+            process = psutil.Process(self.process.pid)
+            # The whole tree: a sandboxed worker runs the candidate in a child process.
+            rss = sum(p.memory_info().rss for p in [process, *process.children(recursive=True)])
         except psutil.Error:
             return
         self.peak_rss_bytes = max(self.peak_rss_bytes, rss)

@@ -69,6 +69,26 @@ class TimingConfig:
     device_time_warmup_ms: float = 20.0  # calls before the profiled ones, so clocks are up
 
 
+# What the sandboxed candidate may read and execute (besides Python's prefixes, site-packages, this
+# package, CUDA_HOME and its own sources): the system's programs, libraries, headers and settings,
+# and /proc and /sys (a private /proc, read only). Home, /tmp, the repository and the cache are not
+# here: a candidate must not read the problem file, other candidates or the baseline cache.
+SANDBOX_READ_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys")
+
+
+@dataclass
+class SandboxLimits:
+    # Per process; the wall-clock deadlines above bound an evaluation, this bounds a process that
+    # spins in the background. A cold CUDA build is ~40 s of CPU per compiler process.
+    cpu_seconds: int = 1800
+    # The largest file it may write: a CUDA extension's .so is tens of MB; a disk filler stops here.
+    file_size_mb: int = 2048
+    open_files: int = 4096
+    # Processes and threads together (cgroup pids.max): a build runs a few dozen, torch one thread
+    # per core; a fork bomb stops here.
+    processes: int = 1024
+
+
 @dataclass
 class RewardConfig:
     # The paper's milestones: -1 fails, 1 correct, 2 faster than eager, 3 faster than compile.
@@ -94,6 +114,10 @@ class EvalConfig:
     # Speedups above this are flagged for review and earn no top reward until confirmed.
     plausible_speedup: float = 50.0
     cache_dir: Path = field(default_factory=default_cache_dir)
+    # Confine the candidate's process (sandbox.py); False only to measure what it costs.
+    sandbox: bool = True
+    require_sandbox: bool = False  # refuse to evaluate where a piece of the sandbox is missing
+    sandbox_limits: SandboxLimits = field(default_factory=SandboxLimits)
 
     def tolerances(self) -> dict[str, Tolerance]:
         if self.tolerance == "strict":
@@ -116,6 +140,7 @@ class EvalConfig:
         data = dict(data)
         data["timing_config"] = TimingConfig(**data.get("timing_config", {}))
         data["reward"] = RewardConfig(**data.get("reward", {}))
+        data["sandbox_limits"] = SandboxLimits(**data.get("sandbox_limits", {}))
         data["baselines"] = tuple(data.get("baselines", ()))
         data["cache_dir"] = Path(data.get("cache_dir", default_cache_dir()))
         return cls(**data)

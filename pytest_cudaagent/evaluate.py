@@ -23,6 +23,7 @@ from .provenance import foreign_kernels
 from .result import Result, TimingStats, Violation
 from .reward import milestone_reward
 from .rules import get_policy
+from .sandbox import Sandbox, SandboxUnavailable, missing, refusal
 from .static_scan import scan_candidate
 from .worker import candidate_main, reference_main
 
@@ -51,6 +52,7 @@ class Evaluation:
         self.result = Result(str(problem), str(candidate.path), device=device, env=collect_env(device))
         self.extensions_dir = candidate.extensions_dir(config.cache_dir)
         self.protected_hashes = candidate.protected_hashes(problem)
+        self.sandbox: Sandbox | None = None
 
     # -- orchestration --------------------------------------------------------------------------
 
@@ -61,6 +63,7 @@ class Evaluation:
         try:
             reference_worker = self._spawn_reference()
             candidate_worker = self._spawn_candidate()  # builds while the reference computes
+            self._phase("sandbox", lambda: self._note_sandbox(candidate_worker.receive(self.config.build_timeout_s)))
             reference = self._phase("reference", lambda: reference_worker.request(
                 ("prepare", self._set_count()), self.config.run_timeout_s), worker=reference_worker,
                 problem_side=True)
@@ -87,6 +90,9 @@ class Evaluation:
                 candidate_worker.close()
             if reference_worker is not None:
                 reference_worker.close()
+            if self.sandbox is not None:
+                self.sandbox.close()
+            result.env.setdefault("sandbox", {"enabled": self.config.sandbox, "errors": ["the worker ended before entering it"]})
             self._check_tampering()
         result.passed = result.status == "passed"
         self._speedups()
@@ -132,18 +138,28 @@ class Evaluation:
     def _spawn_candidate(self) -> Worker:
         spec = {
             "candidate": {
-                "path": str(self.candidate.path),
-                "model_file": str(self.candidate.model_file),
+                # Absolute: the sandboxed worker runs in its scratch directory.
+                "path": str(self.candidate.path.resolve()),
+                "model_file": str(self.candidate.model_file.resolve()),
                 "workspace": self.candidate.workspace,
             },
             "device": self.device,
             "config": self.config.to_dict(),
-            "extensions_dir": str(self.extensions_dir),
+            "extensions_dir": str(self.extensions_dir.resolve()),
         }
-        env = {"TORCH_EXTENSIONS_DIR": str(self.extensions_dir)}
+        readable = (self.candidate.path if self.candidate.workspace else self.candidate.model_file).resolve()
+        self.sandbox = Sandbox.create(self.extensions_dir, [readable], self.config.sandbox_limits, self.config.memory_cap_gb)
+        spec["sandbox"] = self.sandbox.spec(self.config.sandbox, self.config.require_sandbox)
+        env = {"TORCH_EXTENSIONS_DIR": str(self.sandbox.build_dir), **self.sandbox.env()}
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"  # Triton kernels run under Triton's interpreter on the CPU
         return Worker(candidate_main, spec, self.config.memory_cap_gb, env=env)
+
+    def _note_sandbox(self, report: dict) -> None:
+        report.pop("kind")
+        self.result.env["sandbox"] = report
+        if self.config.require_sandbox and missing(report):
+            raise SandboxUnavailable(refusal(report))
 
     # -- correctness ----------------------------------------------------------------------------
 

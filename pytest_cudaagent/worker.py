@@ -149,6 +149,18 @@ def reference_main(conn, spec: dict) -> None:
 
 def candidate_main(conn, spec: dict) -> None:
     setup_worker(spec)
+    from .sandbox import confine, missing
+
+    def serve(report: dict) -> None:
+        # The first message, sent before any of the candidate's code runs, so it cannot be forged.
+        conn.send({"kind": "sandbox", **report})
+        if not (spec["sandbox"]["require"] and missing(report)):
+            serve_candidate(conn, spec)
+
+    confine(spec["sandbox"], serve)
+
+
+def serve_candidate(conn, spec: dict) -> None:
     # Imported before the candidate, so the clocks and guard references predate its code.
     import numpy  # noqa: F401  (loaded now, not lazily inside a guarded forward)
     import torch
