@@ -45,6 +45,7 @@ class BatchSettings:
     timing: bool = True
     policy: str = "strict"
     tolerance: str = "default"
+    require_sandbox: bool = False
 
 
 @dataclass
@@ -94,6 +95,8 @@ def pytest_command(manifest: Path, results_path: Path, run_dir: Path, settings: 
                 "-n", str(workers), "--dist", "worksteal"]
     if not settings.timing:
         command.append("--cudaagent-no-timing")
+    if settings.require_sandbox:
+        command.append("--cudaagent-require-sandbox")
     return command
 
 

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from pytest_cudaagent.config import EvalConfig
 from pytest_cudaagent.files import BadFileError
+from pytest_cudaagent.sandbox import SandboxUnavailable, require_sandbox
 
 from .baselines import MODES, compare, geomean_ratio, time_baselines, to_json_record
 from .batch import (
@@ -115,7 +116,7 @@ def _handle(handler):
     def run(args) -> int:
         try:
             return handler(args)
-        except (UsageError, BadFileError, BatchError) as error:
+        except (UsageError, BadFileError, BatchError, SandboxUnavailable) as error:
             Console(stderr=True).print(f"[red]cudaagent {getattr(args, 'command', '')}:[/] {error}", highlight=False,
                                         soft_wrap=True)
             return EXIT_USAGE
@@ -149,6 +150,8 @@ def _add_bench(subparsers) -> None:
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
     parser.add_argument("--policy", choices=("strict", "permissive"), default="strict")
     parser.add_argument("--tolerance", choices=("default", "strict"), default="default")
+    parser.add_argument("--require-sandbox", action="store_true",
+                        help="refuse to run (exit 2) unless candidates can be fully sandboxed here (README, Isolation)")
     parser.set_defaults(func=_handle(run_bench))
 
 
@@ -163,6 +166,8 @@ def run_bench(args) -> int:
         raise UsageError("--resume and --overwrite contradict each other; pick one")
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers must be at least 1")
+    if args.require_sandbox:
+        require_sandbox()  # before any work, so a refusal costs nothing
     problems = _problems(args, out_dir / "problems")
     device = resolve_device(args.device)
     if args.candidates:
@@ -186,7 +191,7 @@ def run_bench(args) -> int:
         results_path.unlink()
     settings = BatchSettings(device=device, workers=args.workers, trials=args.trials,
                              baselines=_baseline_modes(args.baselines), timing=not args.no_timing,
-                             policy=args.policy, tolerance=args.tolerance)
+                             policy=args.policy, tolerance=args.tolerance, require_sandbox=args.require_sandbox)
     console.print(f"bench: {len(pairing.pairs)} pair(s) over {len(problems)} problem(s), candidates from "
                   f"{candidates}, device {device}", highlight=False)
     outcome = run_batch(pairing.pairs, results_path, settings, resume=args.resume, console=console)

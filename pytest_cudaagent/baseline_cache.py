@@ -1,11 +1,17 @@
 """Baseline times on disk, keyed by problem source, device, torch version, mode and timer settings,
-so a batch of candidates for one problem pays for eager and torch.compile once."""
+so a batch of candidates for one problem pays for eager and torch.compile once.
+
+Each entry carries an HMAC tag under a key that only the evaluator can read (a 0600 file in the
+cache, which the sandbox hides from candidates): an entry changed or written by anyone else is
+rejected, reported and measured again."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import json
+import os
 import time
 from pathlib import Path
 
@@ -18,6 +24,7 @@ from .result import TimingStats
 class BaselineCache:
     def __init__(self, root: Path):
         self.root = Path(root) / "baselines"
+        self.rejected: list[str] = []  # why entries were not trusted, for the Result's warnings
 
     def key(self, problem: Path, device: str, mode: str, timing: TimingConfig) -> str:
         import torch
@@ -39,6 +46,11 @@ class BaselineCache:
             data = json.loads(self.path(key).read_text())
         except (OSError, ValueError):
             return None
+        tag = data.pop("tag", None) if isinstance(data, dict) else None
+        if tag is None or not hmac.compare_digest(str(tag), self._tag(data)):
+            self.rejected.append(f"cached baseline {self.path(key).name} was changed outside the evaluator "
+                                 f"({'no integrity tag' if tag is None else 'its tag does not match'}); measured again")
+            return None
         return TimingStats(**data["timing"])
 
     def put(self, key: str, stats: TimingStats, problem: Path, device: str, mode: str) -> None:
@@ -54,6 +66,27 @@ class BaselineCache:
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "timing": dataclasses.asdict(stats),
         }
+        record["tag"] = self._tag(record)
         temporary = self.path(key).with_suffix(".tmp")
         temporary.write_text(json.dumps(record, indent=1))
         temporary.replace(self.path(key))
+
+    def _tag(self, record: dict) -> str:
+        return hmac.new(self._secret(), json.dumps(record, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+
+    def _secret(self) -> bytes:
+        """The key, made on first use; linked into place so two evaluators starting at once agree."""
+        path = self.root / "hmac.key"
+        if not path.exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_name(f"hmac.key.{os.getpid()}")
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(os.urandom(32))
+            try:
+                os.link(temporary, path)
+            except FileExistsError:
+                pass
+            finally:
+                temporary.unlink()
+        return path.read_bytes()

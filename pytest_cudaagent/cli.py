@@ -14,6 +14,7 @@ from .config import EvalConfig
 from .evaluate import evaluate
 from .files import BadFileError
 from .result import Result
+from .sandbox import SandboxUnavailable
 
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -72,6 +73,9 @@ def _add_verify(subparsers) -> None:
     parser.add_argument("--count-launch", action="store_true",
                         help="synchronise before each timed call, so the host's launch time is counted "
                              "(default: hidden under the L2 flush when all work is on one stream)")
+    parser.add_argument("--require-sandbox", action="store_true",
+                        help="refuse to run (exit 2) unless the candidate can be fully sandboxed here "
+                             "(namespaces, Landlock, rlimits, a process limit; README, Isolation)")
     parser.add_argument("--output", help="write the Result as JSON to this file")
     parser.add_argument("--json", action="store_true", help="print the Result as JSON instead of the summary")
     parser.set_defaults(func=run_verify)
@@ -87,12 +91,13 @@ def run_verify(args) -> int:
         print(f"cudaagent verify: unknown baseline(s) {sorted(unknown)}; use eager, compile, max-autotune", file=sys.stderr)
         return EXIT_USAGE
     config = EvalConfig(device=args.device, trials=args.trials, timing=not args.no_timing,
-                        baselines=baselines, policy=args.policy, tolerance=args.tolerance)
+                        baselines=baselines, policy=args.policy, tolerance=args.tolerance,
+                        require_sandbox=args.require_sandbox)
     config.timing_config.audit_timed_calls = args.audit_timed_calls
     config.timing_config.overlap_launch = not args.count_launch
     try:
         result = evaluate(args.problem, args.candidate, config)
-    except BadFileError as error:
+    except (BadFileError, SandboxUnavailable) as error:
         print(f"cudaagent verify: {error}", file=sys.stderr)
         return EXIT_USAGE
     if args.output:

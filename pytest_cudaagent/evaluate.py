@@ -226,6 +226,8 @@ class Evaluation:
             key = cache.key(self.problem, self.device, mode, self.config.timing_config)
             with cache.lock(key):
                 stats = cache.get(key)
+                self.result.warnings += [Violation("baseline_cache", reason) for reason in cache.rejected]
+                cache.rejected.clear()
                 if stats is None:
                     reply = worker.request(("baseline", mode, indices), self.config.run_timeout_s)
                     stats = TimingStats.from_samples(reply["samples_ms"], reply["device_ms"], reply.get("launch_overlapped"))

@@ -19,6 +19,7 @@ from .gpu_pinning import pin_xdist_worker_to_gpu
 from .pairing import Pair, pair_directory
 from .result import Result
 from .results_file import append_result, done_keys
+from .sandbox import SandboxUnavailable, require_sandbox
 
 _OPTIONS = [
     # (option, ini name, default, help)
@@ -34,8 +35,9 @@ _OPTIONS = [
     ("--cudaagent-no-timing", "cudaagent_no_timing", False, "check correctness only"),
     ("--cudaagent-policy", "cudaagent_policy", "strict", "anti-hacking policy: strict (the paper's rules) or permissive (KernelBench's)"),
     ("--cudaagent-tolerance", "cudaagent_tolerance", "default", "tolerance preset: default (atol=rtol=1e-2 for fp32) or strict"),
+    ("--cudaagent-require-sandbox", "cudaagent_require_sandbox", False, "refuse to run (exit 2) unless candidates can be fully sandboxed here"),
 ]
-_FLAGS = {"--cudaagent-resume", "--cudaagent-no-timing"}
+_FLAGS = {"--cudaagent-resume", "--cudaagent-no-timing", "--cudaagent-require-sandbox"}
 RESULT_PROPERTY = "cudaagent_result"
 
 
@@ -67,6 +69,7 @@ def config_from_pytest(config: pytest.Config) -> EvalConfig:
         baselines=tuple(name.strip() for name in baselines.split(",") if name.strip()),
         policy=_setting(config, "--cudaagent-policy"),
         tolerance=_setting(config, "--cudaagent-tolerance"),
+        require_sandbox=bool(_setting(config, "--cudaagent-require-sandbox")),
     )
 
 
@@ -105,6 +108,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     pairs = _requested_pairs(config)
     if pairs:
         drop_default_tests(config, items)
+        if _setting(config, "--cudaagent-require-sandbox"):
+            try:
+                require_sandbox()
+            except SandboxUnavailable as error:
+                pytest.exit(f"cudaagent: {error}", returncode=2)
     results_path = _setting(config, "--cudaagent-results")
     skip = done_keys(results_path) if results_path and _setting(config, "--cudaagent-resume") else set()
     for pair in pairs:

@@ -409,6 +409,30 @@ def _drop_capabilities(libc, report: dict) -> bool:
 
 
 def probe(settings: dict, conn) -> None:
-    """A spawned process that enters the sandbox and sends back what applied (`--require-sandbox`
-    checks this before any evaluation runs)."""
+    """In a spawned process: enter the sandbox and send back what applied."""
     confine(settings, conn.send)
+
+
+def require_sandbox(limits: SandboxLimits | None = None) -> dict:
+    """What the sandbox applies on this machine, tried in a throwaway process; raises
+    SandboxUnavailable where a required piece is missing (`--require-sandbox`, before any run)."""
+    build_dir = Path(tempfile.mkdtemp(prefix="cudaagent-probe-"))
+    sandbox = Sandbox.create(build_dir, [], limits or SandboxLimits(), memory_cap_gb=1.0)
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=probe, args=(sandbox.spec(enabled=True, require=True), sender), daemon=True)
+    try:
+        process.start()
+        sender.close()
+        report = receiver.recv() if receiver.poll(60) else {"errors": ["the probe process did not answer"]}
+    except EOFError:
+        report = {"errors": ["the probe process died before answering"]}
+    finally:
+        process.join(timeout=10)
+        if process.is_alive():
+            process.kill()
+        sandbox.close()
+        shutil.rmtree(build_dir, ignore_errors=True)
+    if missing(report):
+        raise SandboxUnavailable(refusal(report))
+    return report
