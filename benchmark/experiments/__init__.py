@@ -1,0 +1,1 @@
+"""Lab-notebook scripts: each measures one thing quoted in the README."""

@@ -1,0 +1,65 @@
+"""Measures what the candidate sandbox costs per evaluation: the same candidate, warm build cache, sandboxed and not, interleaved."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from pytest_cudaagent import EvalConfig, evaluate
+from pytest_cudaagent.config import resolve_device
+from pytest_cudaagent.envinfo import device_name
+
+REPO = Path(__file__).resolve().parents[2]
+# On a GPU an honest CUDA extension; on the CPU a torch-operator candidate (permissive policy), so
+# the measurement is the evaluation's own cost, not a Triton interpreter's.
+CASES = {
+    "cuda": (REPO / "examples/problems/leaky_relu.py", REPO / "examples/candidates/cuda/leaky_relu.py", "strict"),
+    "cpu": (REPO / "tests/data/problems/small_leaky_relu.py",
+            REPO / "tests/adversarial/sandbox_candidates/honest_torch.py", "permissive"),
+}
+
+
+def measure(device: str, repeats: int) -> dict[bool, list[tuple[float, float]]]:
+    problem, candidate, policy = CASES[device]
+    samples: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+    for round_index in range(repeats + 1):  # round 0 warms the build cache and the baselines
+        for sandboxed in (True, False):
+            config = EvalConfig(device=device, policy=policy, sandbox=sandboxed)
+            started = time.perf_counter()
+            result = evaluate(problem, candidate, config)
+            wall = time.perf_counter() - started
+            if not result.passed:
+                raise SystemExit(f"{candidate.name} did not pass ({result.summary()}); fix that first")
+            if round_index:
+                samples[sandboxed].append((wall, result.phase_seconds["sandbox"] + result.phase_seconds["build"]))
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    device = resolve_device(args.device)
+    samples = measure(device, args.repeats)
+    table = Table("candidate process", "evaluation s (median)", "start + build s (median)", "runs",
+                  title=f"sandbox overhead on {device_name(device)}, warm build cache")
+    medians = {}
+    for sandboxed in (False, True):
+        walls, starts = zip(*samples[sandboxed], strict=True)
+        medians[sandboxed] = statistics.median(walls), statistics.median(starts)
+        table.add_row("sandboxed" if sandboxed else "not sandboxed", f"{medians[sandboxed][0]:.3f}",
+                      f"{medians[sandboxed][1]:.3f}", str(len(walls)))
+    extra = medians[True][0] - medians[False][0]
+    table.add_row("difference", f"{extra:+.3f} ({100 * extra / medians[False][0]:+.1f}%)",
+                  f"{medians[True][1] - medians[False][1]:+.3f}", "")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()

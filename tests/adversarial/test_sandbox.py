@@ -1,0 +1,187 @@
+"""Candidates that attack what lies outside their own process (tests/adversarial/sandbox_candidates):
+each must end with a verdict that names what stopped it, the evaluator's state intact and nothing
+of the candidate's left running. The attack's target reaches the candidate through
+CUDAAGENT_ATTACK_TARGET (the candidate's process inherits the evaluator's environment)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pytest_cudaagent import evaluate
+from pytest_cudaagent.baseline_cache import BaselineCache
+from pytest_cudaagent.config import SandboxLimits, TimingConfig
+from pytest_cudaagent.result import TimingStats
+from pytest_cudaagent.sandbox import SandboxUnavailable, _own_cgroup, require_sandbox
+from tests.helpers import TEST_PROBLEMS, cpu_config
+
+ATTACKS = Path(__file__).parent / "sandbox_candidates"
+PROBLEM = TEST_PROBLEMS / "small_leaky_relu.py"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def full_sandbox():
+    try:
+        return require_sandbox()
+    except SandboxUnavailable as error:
+        pytest.skip(f"this machine cannot sandbox fully: {error}")
+
+
+def attack(name: str, target, monkeypatch, **overrides):
+    monkeypatch.setenv("CUDAAGENT_ATTACK_TARGET", str(target))
+    config = cpu_config(policy="permissive", trials=1, **overrides)
+    result = evaluate(PROBLEM, ATTACKS / f"{name}.py", config)
+    assert not result.passed and result.reward == -1
+    assert not psutil.Process().children(recursive=True), "a process of the evaluation is still running"
+    assert result.env["sandbox"]["pid_ns"] and result.env["sandbox"]["landlock"]
+    return result
+
+
+def test_honest_candidate_passes_sandboxed():
+    result = evaluate(PROBLEM, ATTACKS / "honest_torch.py", cpu_config(policy="permissive", trials=2))
+    assert result.passed, result.summary()
+    applied = result.env["sandbox"]
+    assert applied["pid_ns"] and applied["net_ns"] and applied["private_proc"] and applied["landlock"]
+    assert {"cpu", "fsize", "nofile"} <= set(applied["rlimits"]) and applied["process_limit"]
+
+
+def test_baseline_cache_poisoning_is_refused(tmp_path, monkeypatch):
+    cache_dir = tmp_path / "cache"
+    monkeypatch.setenv("CUDAAGENT_CACHE", str(cache_dir))
+    cache = BaselineCache(cache_dir)
+    key = cache.key(PROBLEM, "cpu", "eager", TimingConfig())
+    cache.put(key, TimingStats(0.5, 0.01, 10), PROBLEM, "cpu", "eager")
+    before = cache.path(key).read_bytes()
+    result = attack("write_baseline_cache", cache.path(key), monkeypatch, cache_dir=cache_dir)
+    assert result.status == "build_error" and "Permission denied" in result.error
+    assert cache.path(key).read_bytes() == before
+    assert cache.get(key) == TimingStats(0.5, 0.01, 10)
+
+
+def test_results_file_is_out_of_reach(tmp_path, monkeypatch):
+    results = tmp_path / "results.jsonl"
+    results.write_text('{"status": "incorrect"}\n')
+    result = attack("write_results_file", results, monkeypatch)
+    assert result.status == "build_error" and "Permission denied" in result.error
+    assert results.read_text() == '{"status": "incorrect"}\n'
+
+
+def test_another_candidates_build_is_out_of_reach(monkeypatch):
+    other = Path(os.environ["CUDAAGENT_CACHE"]) / "extensions" / "another-candidate"
+    other.mkdir(parents=True, exist_ok=True)
+    result = attack("write_other_build", other, monkeypatch)
+    assert result.status == "build_error" and "Permission denied" in result.error
+    assert not (other / "planted.so").exists()
+
+
+def test_home_directory_is_out_of_reach(monkeypatch):
+    name = f".cudaagent-attack-{uuid.uuid4().hex}"
+    planted = Path.home() / name
+    try:
+        result = attack("write_home", name, monkeypatch)
+        assert result.status == "build_error" and "Permission denied" in result.error
+        assert not planted.exists()
+    finally:
+        planted.unlink(missing_ok=True)
+
+
+def test_problem_file_is_hidden_from_proc_and_by_path(monkeypatch):
+    result = attack("read_problem_via_proc", PROBLEM.resolve(), monkeypatch)
+    assert result.status == "build_error" and "no route to the problem file" in result.error
+    assert "Permission denied" in result.error  # the file's own path: Landlock
+
+
+def test_setsid_daemon_does_not_outlive_the_evaluation(monkeypatch):
+    token = f"cudaagent-daemon-{uuid.uuid4().hex}"
+    result = attack("setsid_daemon", token, monkeypatch)
+    # The daemon started, the candidate ran on: the verdict is the candidate's own (wrong only in
+    # that the permissive candidate is right), and the daemon died with the namespace.
+    assert result.env["sandbox"]["pid_ns"]
+    survivors = [p for p in psutil.process_iter(["cmdline"]) if token in " ".join(p.info["cmdline"] or [])]
+    assert not survivors, f"the daemon outlived the evaluation: {survivors}"
+
+
+def test_socket_to_the_hosts_loopback_is_refused(monkeypatch):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.setblocking(False)
+        result = attack("open_socket", listener.getsockname()[1], monkeypatch)
+        assert result.status == "build_error" and "Network is unreachable" in result.error
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nobody connected
+
+
+def test_fork_bomb_stops_at_the_process_limit(monkeypatch):
+    result = attack("fork_bomb", 200, monkeypatch, sandbox_limits=SandboxLimits(processes=64))
+    assert result.status == "build_error" and "Resource temporarily unavailable" in result.error
+
+
+def test_disk_filler_stops_at_the_file_size_limit(monkeypatch):
+    result = attack("disk_filler", 16, monkeypatch, sandbox_limits=SandboxLimits(file_size_mb=4))
+    assert result.status == "build_error" and "File too large" in result.error
+
+
+def test_signals_to_the_parent_and_the_evaluator_are_refused(monkeypatch):
+    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        result = attack("signal_parent", decoy.pid, monkeypatch)
+        assert result.status == "build_error" and "No such process" in result.error
+        assert decoy.poll() is None, "the candidate killed a process outside its sandbox"
+    finally:
+        decoy.kill()
+        decoy.wait()
+
+
+def test_require_sandbox_refuses_where_it_does_not_apply():
+    config = cpu_config(sandbox=False, require_sandbox=True)
+    with pytest.raises(SandboxUnavailable, match="the sandbox is required but pid_ns"):
+        evaluate(PROBLEM, ATTACKS / "honest_torch.py", config)
+    assert not psutil.Process().children(recursive=True)
+
+
+def test_cgroups_and_scratch_are_removed(monkeypatch):
+    before = set(Path("/tmp").glob("cudaagent-scratch-*"))
+    attack("fork_bomb", 200, monkeypatch, sandbox_limits=SandboxLimits(processes=64))
+    assert set(Path("/tmp").glob("cudaagent-scratch-*")) <= before
+    own = [Path("/sys/fs/cgroup", c, _own_cgroup(c).lstrip("/")) for c in ("pids", "memory") if _own_cgroup(c)]
+    leftovers = [p for group in own for p in group.glob("cudaagent-*")]
+    deadline = time.monotonic() + 5
+    while leftovers and time.monotonic() < deadline:
+        leftovers = [p for p in leftovers if p.exists()]
+    assert not leftovers, leftovers
+
+
+def test_tampered_baseline_is_detected_and_remeasured(tmp_path):
+    cache = BaselineCache(tmp_path)
+    key = cache.key(PROBLEM, "cpu", "eager", TimingConfig())
+    cache.put(key, TimingStats(0.5, 0.01, 10), PROBLEM, "cpu", "eager")
+    assert cache.get(key) == TimingStats(0.5, 0.01, 10) and not cache.rejected
+    assert (tmp_path / "baselines" / "hmac.key").stat().st_mode & 0o777 == 0o600
+    record = json.loads(cache.path(key).read_text())
+    record["timing"]["median_ms"] = 50.0
+    cache.path(key).write_text(json.dumps(record))
+    assert cache.get(key) is None and "tag does not match" in cache.rejected[-1]
+    del record["tag"]
+    cache.path(key).write_text(json.dumps(record))
+    assert cache.get(key) is None and "no integrity tag" in cache.rejected[-1]
+
+
+def test_tampered_baseline_is_reported_in_the_result(tmp_path):
+    cache = BaselineCache(tmp_path)
+    key = cache.key(PROBLEM, "cpu", "eager", cpu_config().timing_config)
+    cache.root.mkdir(parents=True, exist_ok=True)
+    cache.path(key).write_text(json.dumps({"timing": {"median_ms": 99.0, "iqr_ms": 0.0, "samples": 10}}))
+    result = evaluate(PROBLEM, ATTACKS / "honest_torch.py",
+                      cpu_config(policy="permissive", trials=1, timing=True, baselines=("eager",), cache_dir=tmp_path))
+    assert result.passed, result.summary()
+    assert any(w.rule == "baseline_cache" and "no integrity tag" in w.detail for w in result.warnings)
+    assert result.timing["eager"].median_ms != 99.0
+    assert cache.get(key) is not None  # measured again and stored with a tag
