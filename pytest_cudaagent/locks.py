@@ -22,9 +22,14 @@ def device_key(device: str) -> str:
     return f"gpu-{uuid}" if uuid is not None else f"gpu-{props.name}-{props.pci_bus_id}".replace(" ", "_")
 
 
+def lock_dir() -> Path:
+    """The timing locks' own directory: a sandboxed candidate may create and lock files here, and
+    nowhere else outside its scratch space (sandbox.py)."""
+    return Path(os.environ.get("CUDAAGENT_LOCK_DIR", tempfile.gettempdir())) / "cudaagent-locks"
+
+
 def lock_path(device: str) -> Path:
-    root = Path(os.environ.get("CUDAAGENT_LOCK_DIR", tempfile.gettempdir()))
-    return root / f"cudaagent-timing-{device_key(device)}.lock"
+    return lock_dir() / f"cudaagent-timing-{device_key(device)}.lock"
 
 
 @contextmanager
@@ -32,6 +37,7 @@ def device_lock(device: str):
     """Held for the whole of a timing. With CUDAAGENT_LOCK_LOG set, each hold is logged as
     `pid acquired_ns released_ns` so a run can show that timings never overlapped."""
     path = lock_path(device)
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         acquired_ns = time.time_ns()
