@@ -87,6 +87,9 @@ class SandboxLimits:
     # Processes and threads together (cgroup pids.max): a build runs a few dozen, torch one thread
     # per core; a fork bomb stops here.
     processes: int = 1024
+    # The cgroup's memory limit, as a multiple of memory_cap_gb: the parent's RSS watch at the cap
+    # gives the clear verdict; the cgroup is the backstop for growth faster than the watch polls.
+    memory_headroom: float = 1.5
 
 
 @dataclass

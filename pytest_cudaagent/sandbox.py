@@ -74,7 +74,7 @@ class Sandbox:
         lock_dir().mkdir(parents=True, exist_ok=True)  # the timing locks, shared with the evaluator
         if os.environ.get("CUDAAGENT_LOCK_LOG"):
             Path(os.environ["CUDAAGENT_LOCK_LOG"]).touch()
-        sandbox = cls(scratch, build_dir, [str(p) for p in readable], limits, int(memory_cap_gb * 1024**3))
+        sandbox = cls(scratch, build_dir, [str(p) for p in readable], limits, int(memory_cap_gb * limits.memory_headroom * 1024**3))
         sandbox.cgroup_dirs, sandbox.cgroup_kind = _make_cgroup(scratch.name, limits.processes, sandbox.memory_bytes)
         return sandbox
 
@@ -122,7 +122,7 @@ def _make_cgroup(name: str, processes: int, memory_bytes: int) -> tuple[list[Pat
     try:
         own = _own_cgroup("")
         if (root / "cgroup.controllers").exists() and own is not None:
-            group = root / own.lstrip("/") / f"cudaagent-{name}"
+            group = root / own.lstrip("/") / name
             group.mkdir()
             made.append(group)
             for file_name, value in limits.values():
@@ -132,7 +132,7 @@ def _make_cgroup(name: str, processes: int, memory_bytes: int) -> tuple[list[Pat
             own = _own_cgroup(controller)
             if own is None:
                 continue
-            group = root / controller / own.lstrip("/") / f"cudaagent-{name}"
+            group = root / controller / own.lstrip("/") / name
             group.mkdir()
             made.append(group)
             file_name, value = limits["pids"] if controller == "pids" else v1_memory

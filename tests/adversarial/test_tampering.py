@@ -39,13 +39,19 @@ def test_edited_protected_file_is_tampering(tmp_path, protected):
     assert any(v.rule == "tampering" and protected in v.detail for v in result.violations)
 
 
-def test_protected_file_changed_during_evaluation_is_tampering(tmp_path):
+def test_protected_file_changed_during_evaluation_is_refused_or_tampering(tmp_path):
     workspace = make_workspace(tmp_path)
+    verify = workspace / "utils" / "verify.py"
+    original = verify.read_text()
     model_new = workspace / "model_new.py"
     model_new.write_text(
         "import pathlib\n"
         "pathlib.Path(__file__).with_name('utils').joinpath('verify.py').write_text('PASSED = True\\n')\n"
         + model_new.read_text())
     result = evaluate(PROBLEM, workspace, cpu_config())
-    assert any(v.rule == "tampering" and "verify.py" in v.detail for v in result.violations)
     assert not result.passed and result.reward == -1
+    if result.env["sandbox"].get("landlock"):  # the workspace is read-only to the candidate
+        assert result.status == "build_error" and "Permission denied" in result.error
+        assert verify.read_text() == original
+    else:
+        assert any(v.rule == "tampering" and "verify.py" in v.detail for v in result.violations)
