@@ -194,3 +194,42 @@ def test_tampered_baseline_is_reported_in_the_result(tmp_path):
     assert any(w.rule == "baseline_cache" and "no integrity tag" in w.detail for w in result.warnings)
     assert result.timing["eager"].median_ms != 99.0
     assert cache.get(key) is not None  # measured again and stored with a tag
+
+
+def _refuse(*args, **kwargs):
+    raise SandboxUnavailable("the sandbox is required but landlock could not be applied here (test)")
+
+
+def test_verify_require_sandbox_reaches_the_config_and_exits_2(monkeypatch, capsys):
+    from pytest_cudaagent import cli
+
+    seen = {}
+
+    def refusing_evaluate(problem, candidate, config):
+        seen["require"] = config.require_sandbox
+        _refuse()
+
+    monkeypatch.setattr(cli, "evaluate", refusing_evaluate)
+    assert cli.main(["verify", str(PROBLEM), str(ATTACKS / "honest_torch.py"), "--require-sandbox"]) == 2
+    assert seen["require"] is True and "landlock could not be applied" in capsys.readouterr().err
+
+
+def test_bench_require_sandbox_refuses_before_any_work(monkeypatch, tmp_path, capsys):
+    from benchmark import cli as bench_cli
+    from pytest_cudaagent.cli import main
+
+    monkeypatch.setattr(bench_cli, "require_sandbox", _refuse)
+    assert main(["bench", "--device", "cpu", "--out", str(tmp_path / "out"), "--require-sandbox"]) == 2
+    assert "landlock could not be applied" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_plugin_require_sandbox_exits_2(pytester, monkeypatch):
+    from pytest_cudaagent import plugin
+
+    monkeypatch.setattr(plugin, "require_sandbox", _refuse)
+    outcome = pytester.runpytest_inprocess(
+        "--cudaagent-problem", str(PROBLEM), "--cudaagent-candidate", str(ATTACKS / "honest_torch.py"),
+        "--cudaagent-device", "cpu", "--cudaagent-require-sandbox", "-p", "no:cacheprovider")
+    assert outcome.ret == 2
+    outcome.stdout.fnmatch_lines(["*landlock could not be applied*"])
