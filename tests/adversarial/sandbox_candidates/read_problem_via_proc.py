@@ -29,7 +29,11 @@ def _from_proc() -> str | None:
             tried.append(f"/proc/{pid}: {error.strerror}")
             continue
         candidates += [Path(cwd, a.decode()) for a in arguments if a.endswith(b".py")]
-        candidates += list(Path(cwd).rglob("small_leaky_relu.py")) if os.access(cwd, os.R_OK) else []
+        if pid == parent:  # the evaluator's working directory: the repository, in a test run
+            try:
+                candidates += list(Path(cwd).glob("tests/data/problems/*.py"))
+            except OSError as error:
+                tried.append(f"{cwd}: {error.strerror}")
     candidates.append(Path(os.environ["CUDAAGENT_ATTACK_TARGET"]))
     for path in candidates:
         source = _readable(path)
