@@ -16,20 +16,22 @@ from pytest_cudaagent.envinfo import device_name
 
 REPO = Path(__file__).resolve().parents[2]
 # On a GPU an honest CUDA extension; on the CPU a torch-operator candidate (permissive policy), so
-# the measurement is the evaluation's own cost, not a Triton interpreter's.
+# the measurement is the evaluation's own cost, not a Triton interpreter's, and only the eager
+# baseline (torch.compile's first CPU build would take minutes on a small machine).
 CASES = {
-    "cuda": (REPO / "examples/problems/leaky_relu.py", REPO / "examples/candidates/cuda/leaky_relu.py", "strict"),
+    "cuda": (REPO / "examples/problems/leaky_relu.py", REPO / "examples/candidates/cuda/leaky_relu.py", "strict",
+             ("eager", "compile")),
     "cpu": (REPO / "tests/data/problems/small_leaky_relu.py",
-            REPO / "tests/adversarial/sandbox_candidates/honest_torch.py", "permissive"),
+            REPO / "tests/adversarial/sandbox_candidates/honest_torch.py", "permissive", ("eager",)),
 }
 
 
 def measure(device: str, repeats: int) -> dict[bool, list[tuple[float, float]]]:
-    problem, candidate, policy = CASES[device]
+    problem, candidate, policy, baselines = CASES[device]
     samples: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
     for round_index in range(repeats + 1):  # round 0 warms the build cache and the baselines
         for sandboxed in (True, False):
-            config = EvalConfig(device=device, policy=policy, sandbox=sandboxed)
+            config = EvalConfig(device=device, policy=policy, baselines=baselines, sandbox=sandboxed)
             started = time.perf_counter()
             result = evaluate(problem, candidate, config)
             wall = time.perf_counter() - started
