@@ -9,6 +9,7 @@ from tests.helpers import CUDA_CANDIDATES, PROBLEMS, QUICK_TIMING
 
 pytestmark = pytest.mark.gpu
 
+
 def gpu_config(**overrides) -> EvalConfig:
     return EvalConfig(device="cuda", timing_config=QUICK_TIMING, baselines=("eager",), **overrides)
 
