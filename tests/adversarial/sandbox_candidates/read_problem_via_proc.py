@@ -29,11 +29,8 @@ def _from_proc() -> str | None:
             tried.append(f"/proc/{pid}: {error.strerror}")
             continue
         candidates += [Path(cwd, a.decode()) for a in arguments if a.endswith(b".py")]
-        if pid == parent:  # the evaluator's working directory: the repository, in a test run
-            try:
-                candidates += list(Path(cwd).glob("tests/data/problems/*.py"))
-            except OSError as error:
-                tried.append(f"{cwd}: {error.strerror}")
+        if pid == parent:  # the evaluator's working directory: the repository, whose layout it knows
+            candidates.append(Path(cwd, "tests/data/problems/small_leaky_relu.py"))
     candidates.append(Path(os.environ["CUDAAGENT_ATTACK_TARGET"]))
     for path in candidates:
         source = _readable(path)
