@@ -217,6 +217,7 @@ def confine(settings: dict, run) -> None:
     """In the spawned worker: enter the sandbox, then `run(report)` in the namespace's init
     process. This process stays outside, waits for it and exits as it did; if this process is
     killed, the init gets SIGKILL (PR_SET_PDEATHSIG) and the namespace goes with it."""
+    started = time.perf_counter()
     report = {"enabled": bool(settings["enabled"]), "errors": []}
     if not settings["enabled"] or sys.platform != "linux":
         run(report)
@@ -246,6 +247,7 @@ def confine(settings: dict, run) -> None:
         report["landlock"] = _apply_landlock(libc, settings, report)
         report["capabilities_dropped"] = _drop_capabilities(libc, report)
         report["process_limit"] = bool(report.get("cgroup")) or (os.getuid() != 0 and "nproc" in report["rlimits"])
+        report["setup_ms"] = round(1000 * (time.perf_counter() - started), 2)  # what entering it cost
         run(report)
     except BaseException:
         import traceback
