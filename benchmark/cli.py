@@ -13,7 +13,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from pytest_cudaagent.config import EvalConfig
+from pytest_cudaagent.config import CONVENTIONS, TOLERANCE_PRESETS, EvalConfig
 from pytest_cudaagent.files import BadFileError
 
 from .baselines import MODES, compare, geomean_ratio, time_baselines, to_json_record
@@ -148,7 +148,9 @@ def _add_bench(subparsers) -> None:
                         help="baselines to time once per problem: eager, compile, max-autotune (comma-separated)")
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
     parser.add_argument("--policy", choices=("strict", "permissive"), default="strict")
-    parser.add_argument("--tolerance", choices=("default", "strict"), default="default")
+    parser.add_argument("--tolerance", choices=sorted(TOLERANCE_PRESETS), default="default")
+    parser.add_argument("--convention", choices=CONVENTIONS, default="kernelbench",
+                        help="kernelbench (default) or cuda-agent: whose idea of correct (README, Conventions)")
     parser.set_defaults(func=_handle(run_bench))
 
 
@@ -186,7 +188,7 @@ def run_bench(args) -> int:
         results_path.unlink()
     settings = BatchSettings(device=device, workers=args.workers, trials=args.trials,
                              baselines=_baseline_modes(args.baselines), timing=not args.no_timing,
-                             policy=args.policy, tolerance=args.tolerance)
+                             policy=args.policy, tolerance=args.tolerance, convention=args.convention)
     console.print(f"bench: {len(pairing.pairs)} pair(s) over {len(problems)} problem(s), candidates from "
                   f"{candidates}, device {device}", highlight=False)
     outcome = run_batch(pairing.pairs, results_path, settings, resume=args.resume, console=console)

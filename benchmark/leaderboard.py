@@ -60,7 +60,7 @@ def results_frame(paths: list[str | Path]) -> pd.DataFrame:
                 "run_index": run_index, "run": run, "level": level_label(level_of(result.problem, result.candidate)),
                 "problem": Path(result.problem).name, "problem_path": result.problem,
                 "candidate": result.candidate, "sample": int(sample.group(1)) if sample else 0,
-                "status": result.status, "passed": result.passed,
+                "status": result.status, "passed": result.passed, "convention": result.convention,
                 "compiled": not (result.status == "build_error"
                                  or (result.status == "timeout" and (result.error or "").startswith("build"))),
                 "reward": result.reward, "lower_precision": bool(result.precision),
@@ -284,6 +284,14 @@ NOTES = ("Per problem the best of its k samples counts. correct = passed (right 
          "failures counted as 1x. pass@1 = mean over problems of the share of passing samples.")
 
 
+def convention_line(frame: pd.DataFrame) -> str:
+    """Whose idea of correct the verdicts follow (README, Conventions), per run when they differ."""
+    per_run = frame.groupby("run", sort=False)["convention"].agg(lambda values: ", ".join(sorted(set(values))))
+    if per_run.nunique() == 1:
+        return f"Convention: {per_run.iloc[0]}"
+    return "Conventions: " + "; ".join(f"{run}: {names}" for run, names in per_run.items())
+
+
 def to_markdown(board: Leaderboard) -> str:
     sections = [("Leaderboard", board.summary), ("fast_p by baseline", board.fast_p),
                 ("Reward distribution (candidates)", board.rewards),
@@ -291,7 +299,7 @@ def to_markdown(board: Leaderboard) -> str:
     if not board.changes.empty or board.frame["run"].nunique() > 1:
         sections.append(("Changes between runs", board.changes))
     sections.append(("Environment", board.environment))
-    text = [f"# cuda-agent benchmark\n\n{NOTES}\n"]
+    text = [f"# cuda-agent benchmark\n\n{convention_line(board.frame)}\n\n{NOTES}\n"]
     text += [f"## {title}\n\n{markdown_table(table)}" for title, table in sections]
     return "\n".join(text)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .config import EvalConfig
+from .config import CONVENTIONS, TOLERANCE_PRESETS, EvalConfig
 from .evaluate import evaluate
 from .files import BadFileError
 from .result import Result
@@ -21,7 +21,8 @@ EXIT_PASSED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 def render_result(result: Result, console: Console) -> None:
     colour = "green" if result.passed else "red"
     console.print(f"[bold {colour}]{result.status.upper()}[/]  reward {result.reward:g}  "
-                  f"{Path(result.problem).name} <- {Path(result.candidate).name}  ({result.device})")
+                  f"{Path(result.problem).name} <- {Path(result.candidate).name}  ({result.device}, "
+                  f"convention {result.convention})")
     if result.error and not result.passed:
         console.print(f"  {result.error}")
     for violation in result.violations:
@@ -66,7 +67,11 @@ def _add_verify(subparsers) -> None:
                         help="comma-separated: eager, compile, max-autotune; empty for none")
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
     parser.add_argument("--policy", choices=("strict", "permissive"), default="strict")
-    parser.add_argument("--tolerance", choices=("default", "strict"), default="default")
+    parser.add_argument("--tolerance", choices=sorted(TOLERANCE_PRESETS), default="default",
+                        help="default: fp32 at 1e-2 (KernelBench v0.1, the paper); kernelbench-main: fp32 at 1e-4; strict")
+    parser.add_argument("--convention", choices=CONVENTIONS, default="kernelbench",
+                        help="kernelbench (default): both models as constructed, built after the same seed; "
+                             "cuda-agent: eval mode, strict state_dict load (README, Conventions)")
     parser.add_argument("--audit-timed-calls", action="store_true",
                         help="run the operator audit on every timed call too (adds ~25 us per call on an H100)")
     parser.add_argument("--count-launch", action="store_true",
@@ -87,7 +92,8 @@ def run_verify(args) -> int:
         print(f"cudaagent verify: unknown baseline(s) {sorted(unknown)}; use eager, compile, max-autotune", file=sys.stderr)
         return EXIT_USAGE
     config = EvalConfig(device=args.device, trials=args.trials, timing=not args.no_timing,
-                        baselines=baselines, policy=args.policy, tolerance=args.tolerance)
+                        baselines=baselines, policy=args.policy, tolerance=args.tolerance,
+                        convention=args.convention)
     config.timing_config.audit_timed_calls = args.audit_timed_calls
     config.timing_config.overlap_launch = not args.count_launch
     try:

@@ -33,7 +33,8 @@ _OPTIONS = [
     ("--cudaagent-baselines", "cudaagent_baselines", "eager,compile", "baselines to time: eager, compile, max-autotune (comma-separated; empty for none)"),
     ("--cudaagent-no-timing", "cudaagent_no_timing", False, "check correctness only"),
     ("--cudaagent-policy", "cudaagent_policy", "strict", "anti-hacking policy: strict (the paper's rules) or permissive (KernelBench's)"),
-    ("--cudaagent-tolerance", "cudaagent_tolerance", "default", "tolerance preset: default (atol=rtol=1e-2 for fp32) or strict"),
+    ("--cudaagent-tolerance", "cudaagent_tolerance", "default", "tolerance preset: default (atol=rtol=1e-2 for fp32), kernelbench-main (1e-4) or strict"),
+    ("--cudaagent-convention", "cudaagent_convention", "kernelbench", "whose correctness convention: kernelbench (models as constructed, same seed) or cuda-agent (eval mode, strict state_dict load)"),
 ]
 _FLAGS = {"--cudaagent-resume", "--cudaagent-no-timing"}
 RESULT_PROPERTY = "cudaagent_result"
@@ -67,6 +68,7 @@ def config_from_pytest(config: pytest.Config) -> EvalConfig:
         baselines=tuple(name.strip() for name in baselines.split(",") if name.strip()),
         policy=_setting(config, "--cudaagent-policy"),
         tolerance=_setting(config, "--cudaagent-tolerance"),
+        convention=_setting(config, "--cudaagent-convention"),
     )
 
 
