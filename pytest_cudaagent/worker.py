@@ -232,7 +232,7 @@ def candidate_main(conn, spec: dict) -> None:
             "own_kernel_names": own_names,
             "final_outputs": [report["outputs"] for report in timed],
             "audited_outputs": [report["outputs"] for report in audited],
-            "findings": guard.findings.drain() + [v for report in timed + audited for v in report["violations"]],
+            "findings": guard.findings.drain() + timer.persistence.drain() + [v for report in timed + audited for v in report["violations"]],
             "precision": sorted(guard.findings.precision | precision_flags(measurement.kernel_names) | tf32_switches()),
         }
 
