@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 from pytest_cudaagent import l2_persistence
 from pytest_cudaagent.config import TimingConfig
@@ -17,6 +18,7 @@ from pytest_cudaagent.l2_persistence import (
     CLEARED_WINDOW,
     AccessPolicyWindow,
     CudaError,
+    DriverL2,
     NoPersistenceGuard,
     PersistenceGuard,
     StreamAttrValue,
@@ -159,8 +161,6 @@ def test_a_stream_that_takes_no_window_still_has_its_carve_out_reset_and_read():
 
 
 def test_cpu_timer_has_a_no_op_guard_and_measures_as_before():
-    import torch
-
     timer = Timer(Clock("cpu"), TimingConfig(warmup_ms=1, repeat_ms=2, min_samples=3, max_samples=6, rotating_inputs=2))
     assert isinstance(timer.persistence, NoPersistenceGuard)
     assert isinstance(persistence_guard("cpu", 0, lambda: None), NoPersistenceGuard)
@@ -242,3 +242,36 @@ def test_constants_match_driver_and_runtime_headers(header_layout):
     assert header_layout["streaming"] == [ACCESS_PROPERTY_STREAMING] * 2
     assert header_layout["persisting"] == [ACCESS_PROPERTY_PERSISTING] * 2
     assert header_layout["unsupported_limit"] + header_layout["not_supported"] == list(l2_persistence.NO_CARVE_OUT_ERRORS)
+
+
+# -- the real driver ---------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_driver_reads_back_a_carve_out_and_window_and_the_guard_clears_them():
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("no persisting L2 before Ampere")
+    torch.cuda.init()
+    controls, side = DriverL2(), torch.cuda.Stream()
+    buffer = torch.empty(1 << 20, device="cuda")
+    controls.set_persisting_limit(torch.cuda.get_device_properties().L2_cache_size // 2)
+    controls.set_window(side.cuda_stream, Window(buffer.data_ptr(), buffer.nbytes, 1.0, ACCESS_PROPERTY_PERSISTING,
+                                                 ACCESS_PROPERTY_STREAMING))
+    assert controls.persisting_limit() > 0
+    assert controls.window(side.cuda_stream).persists()
+    guard = PersistenceGuard(controls, side.cuda_stream, torch.cuda.synchronize)
+    guard.check("timed")
+    assert len(guard.drain()) == 2
+    guard.reset()
+    assert controls.persisting_limit() == 0 and not controls.window(side.cuda_stream).persists()
+    guard.check("timed")
+    assert guard.drain() == []
+
+
+@pytest.mark.gpu
+def test_the_timing_stream_takes_a_window():
+    """torch's default stream is the legacy stream (handle 0): the guard must be able to clear a
+    window there, or it falls back to the carve-out alone (guard.windows False)."""
+    clock = Clock("cuda")
+    guard = Timer(clock, TimingConfig()).persistence
+    assert isinstance(guard, PersistenceGuard) and guard.windows, clock.timing_stream_handle()
