@@ -72,7 +72,7 @@ def time_problem(problem: Problem, modes: tuple[str, ...], config: EvalConfig, d
         for mode in modes:
             reply = worker.request(("baseline", mode, list(range(sets))), config.run_timeout_s)
             found.stats[mode] = BaselineStats.from_samples(reply["samples_ms"], hardware, device)
-            key = cache.key(problem.path, device, mode, config.timing_config)
+            key = cache.key(problem.path, device, mode, config.timing_config, config.convention)
             with cache.lock(key):
                 cache.put(key, TimingStats.from_samples(reply["samples_ms"], reply["device_ms"]),
                           problem.path, device, mode)

@@ -268,7 +268,7 @@ class Evaluation:
         cache = BaselineCache(self.config.cache_dir)
         indices = list(range(self.config.trials, self._set_count()))
         for mode in self.config.baselines:
-            key = cache.key(self.problem, self.device, mode, self.config.timing_config)
+            key = cache.key(self.problem, self.device, mode, self.config.timing_config, self.config.convention)
             with cache.lock(key):
                 stats = cache.get(key)
                 if stats is None:

@@ -65,3 +65,17 @@ def test_a_few_elements_just_outside_tolerance_are_a_numerical_difference():
     far_off[7] = 5.0  # one element, but far outside: not a rounding difference
     assert judge_checked_call("c", expected, [far_off], DEFAULT_TOLERANCES, timing).rule == "timed_output"
     assert judge_checked_call("c", expected, [expected[0].clone()], DEFAULT_TOLERANCES, timing) is None
+
+
+GLUE = Path(__file__).parent / "honest_glue"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["many_small_ops", "small_cnn"])
+def test_honest_glue_with_many_launches_is_never_timing_inconsistent(name, device):
+    """Watched, a forward of many small launches spreads its kernels far apart; bare, it does not.
+    Neither the busy-time bound (GPU) nor the watched-time bound (CPU) may call that a cheat."""
+    result = evaluate(GLUE / f"{name}_problem.py", GLUE / f"{name}_candidate.py",
+                      config_for(device, policy="permissive"))
+    assert result.passed, result.summary()
+    assert "timing_inconsistent" not in {v.rule for v in result.violations}
