@@ -93,13 +93,15 @@ class TimingConfig:
     # kernel intervals) means another code path ran unwatched. The margin covers what moves
     # between the two: device time spread 0.3-0.6% and clock boost (README, "Measured").
     inconsistent_busy_fraction: float = 0.8
-    # timing_inconsistent (CPU, no profiler): a bare median below this fraction of the watched
-    # calls' time, less the most the watch itself can cost, means the same. The watch's cost is
-    # bounded per audited operator and per Python call the host-library hook sees, at about 3x
-    # what they cost on the 2-core CI machine under load (48 us per operator for the dispatch
-    # audit, 1.4 us per Python call for the profile hook: a 200-op forward went from 0.5 ms to
-    # 107 ms watched), so honest code with many small operators is never flagged.
-    cpu_inconsistent_fraction: float = 0.5
+    # timing_inconsistent (CPU, no profiler): bare calls below this fraction of the watched
+    # calls' time, less a bound on what the watch itself costs, mean another code path ran
+    # unwatched. Only gross gaps count on the CPU: watched calls carry a Python-level dispatch
+    # audit and a profile hook whose cost we bound only loosely (48 us per operator and 1.4 us
+    # per Python call on the 2-core CI machine; the bounds below are ~3x that), and a loaded
+    # machine moves 3 watched samples a lot. Honest glue measured under heavy load came to
+    # 0.2-0.43 of the watched work (a small CNN, 36 small operators, a Triton kernel under the
+    # interpreter); a fallback to PyTorch when unwatched is under 0.01.
+    cpu_inconsistent_fraction: float = 0.1
     cpu_audit_ms_per_op: float = 0.15
     cpu_audit_ms_per_call: float = 0.005
     # A timed call's output outside tolerance but within this factor of it, in at most this
