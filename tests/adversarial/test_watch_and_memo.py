@@ -27,8 +27,8 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 def config_for(device: str, **overrides) -> EvalConfig:
     if device == "cpu":
-        return cpu_config(timing=True, timing_config=QUICK_TIMING, **overrides)
-    return EvalConfig(device="cuda", baselines=(), **overrides)
+        return cpu_config(**{"timing": True, "timing_config": QUICK_TIMING, **overrides})
+    return EvalConfig(**{"device": "cuda", "baselines": (), **overrides})
 
 
 @pytest.mark.parametrize("device", DEVICES)
