@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from pytest_cudaagent.config import BASELINE_MODES
 from pytest_cudaagent.results_file import read_results
 
 from .kernelbench import level_label, level_of
 
 P_VALUES = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
-BASELINE_MODES = ("eager", "compile", "max-autotune")
 # How far an evaluation got, for choosing the best failing sample.
 STATUS_PROGRESS = {"passed": 6, "violation": 5, "incorrect": 4, "runtime_error": 3, "timeout": 2,
                    "crashed": 1, "build_error": 0}
@@ -294,18 +294,3 @@ def to_markdown(board: Leaderboard) -> str:
     text = [f"# cuda-agent benchmark\n\n{NOTES}\n"]
     text += [f"## {title}\n\n{markdown_table(table)}" for title, table in sections]
     return "\n".join(text)
-
-
-def write_reports(board: Leaderboard, out_dir: str | Path) -> dict[str, Path]:
-    """leaderboard.md, leaderboard.csv (the per-level summary), problems.csv and report.html."""
-    from .report_html import write_html
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"markdown": out_dir / "leaderboard.md", "csv": out_dir / "leaderboard.csv",
-             "problems_csv": out_dir / "problems.csv", "html": out_dir / "report.html"}
-    paths["markdown"].write_text(to_markdown(board))
-    board.summary.to_csv(paths["csv"], index=False)
-    board.problems.to_csv(paths["problems_csv"], index=False)
-    write_html(board, paths["html"])
-    return paths

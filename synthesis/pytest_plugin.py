@@ -4,7 +4,7 @@ plugin). An item passes when its task is kept and fails with the filters' reason
 
     pytest -p no:cacheprovider -n 8 --cudaagent-synth tasks/ --cudaagent-synth-out verdicts.jsonl
 
-Hooks and options only: the work is `synthesis.cli.check_file` (the same as `cudaagent synth
+Hooks and options only: the work is `synthesis.pipeline.check_file` (the same as `cudaagent synth
 check`: the static checks, then the runtime filters in a worker process with a timeout). Each file
 is checked on its own, so near-duplicates among the files are not looked for here (`synth run`
 does that); near-duplicates of KernelBench are, with --cudaagent-synth-kernelbench.
@@ -81,8 +81,8 @@ class SynthFilterItem(pytest.Item):
         self.path_to_check = path_to_check
 
     def runtest(self) -> None:
-        from .cli import check_file
         from .filters import FilterConfig
+        from .pipeline import check_file
 
         device = resolve_device(self.config.getoption("cudaagent_device", None) or "auto")
         kernelbench = self.config.getoption("cudaagent_synth_kernelbench")

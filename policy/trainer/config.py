@@ -5,6 +5,7 @@ its loop (ppo.py, rft.py, value_pretrain.py)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -15,6 +16,9 @@ import yaml
 from .ppo import PPOConfig
 from .rft import RFTConfig
 from .value_pretrain import ValuePretrainConfig
+
+# Environment options that name files or folders (cuda_single_turn.py, agent_loop.py).
+PATH_OPTIONS = ("problems", "work_dir")
 
 # Stage name -> (the StageConfig field holding its settings, the settings class).
 STAGE_SETTINGS = {
@@ -110,6 +114,21 @@ class TrainConfig:
             raise FileNotFoundError(f"no training config at {path}; see policy/trainer/configs/ for examples")
         data = yaml.safe_load(path.read_text()) or {}
         return from_dict(cls, data, str(path))
+
+    def resolve_paths(self, base: Path) -> None:
+        """Relative paths in the config made absolute against `base` (the caller's working
+        directory, like the command line's), before any stage runs elsewhere."""
+        def absolute(path: str) -> str:
+            return os.path.abspath(os.path.join(base, path))
+
+        self.output_dir = absolute(self.output_dir)
+        if self.model != "tiny":
+            self.model = absolute(self.model)
+        if self.critic_model:
+            self.critic_model = absolute(self.critic_model)
+        for stage in self.stages:
+            options = stage.environment.options
+            options.update({key: absolute(options[key]) for key in PATH_OPTIONS if options.get(key)})
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

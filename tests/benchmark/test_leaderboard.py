@@ -5,7 +5,8 @@ import math
 import pandas as pd
 import pytest
 
-from benchmark.leaderboard import Leaderboard, markdown_table, run_names, write_reports
+from benchmark.leaderboard import Leaderboard, markdown_table, run_names
+from benchmark.reports import write_reports
 
 from .bench_helpers import fake_result, run_cli, write_results
 
