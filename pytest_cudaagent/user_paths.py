@@ -9,6 +9,12 @@ import os
 from pathlib import Path
 
 
+def absolute_path(typed: str | Path, base: str | Path) -> str:
+    """`typed` against `base`. abspath, not resolve(): a symlinked folder keeps the name the
+    user knows it by."""
+    return os.path.abspath(os.path.join(base, os.path.expanduser(str(typed))))
+
+
 class TypedPaths:
     """Absolute paths for the work, the typed spelling for the messages."""
 
@@ -16,9 +22,9 @@ class TypedPaths:
         self.base = Path(base) if base is not None else Path.cwd()
         self._typed: dict[str, str] = {}  # absolute -> as typed
 
-    def absolute(self, typed: str | Path) -> str:
-        # abspath, not resolve(): a symlinked folder keeps the name the user knows it by.
-        absolute = os.path.abspath(os.path.join(self.base, os.path.expanduser(str(typed))))
+    def absolute(self, typed: str | Path, base: str | Path | None = None) -> str:
+        """`typed` against `base` (default: this object's), remembering its spelling."""
+        absolute = absolute_path(typed, base or self.base)
         if absolute != str(typed):
             self._typed[absolute] = str(typed).rstrip("/") or str(typed)
         return absolute

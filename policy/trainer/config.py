@@ -5,13 +5,14 @@ its loop (ppo.py, rft.py, value_pretrain.py)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+from pytest_cudaagent.user_paths import absolute_path
 
 from .ppo import PPOConfig
 from .rft import RFTConfig
@@ -118,17 +119,14 @@ class TrainConfig:
     def resolve_paths(self, base: Path) -> None:
         """Relative paths in the config made absolute against `base` (the caller's working
         directory, like the command line's), before any stage runs elsewhere."""
-        def absolute(path: str) -> str:
-            return os.path.abspath(os.path.join(base, path))
-
-        self.output_dir = absolute(self.output_dir)
+        self.output_dir = absolute_path(self.output_dir, base)
         if self.model != "tiny":
-            self.model = absolute(self.model)
+            self.model = absolute_path(self.model, base)
         if self.critic_model:
-            self.critic_model = absolute(self.critic_model)
+            self.critic_model = absolute_path(self.critic_model, base)
         for stage in self.stages:
             options = stage.environment.options
-            options.update({key: absolute(options[key]) for key in PATH_OPTIONS if options.get(key)})
+            options.update({key: absolute_path(options[key], base) for key in PATH_OPTIONS if options.get(key)})
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
