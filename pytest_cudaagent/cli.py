@@ -108,6 +108,7 @@ def run_verify(args) -> int:
         print(f"cudaagent verify: {paths.shown(str(error))}", file=sys.stderr)
         return EXIT_USAGE
     if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(result.to_json(indent=1) + "\n")
     if args.json:
         print(result.to_json(indent=1))
