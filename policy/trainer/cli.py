@@ -22,7 +22,7 @@ def register_train(subparsers) -> None:
         "skipped once done. For several GPUs: accelerate launch -m policy.trainer.cli --config X.yaml",
     )
     add_train_arguments(parser)
-    parser.set_defaults(func=run_train, path_args=("config", "output_dir"))
+    parser.set_defaults(func=run_train)
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,6 +33,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-resume", action="store_true",
                         help="start unfinished stages from step 0 instead of their latest checkpoint")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
+    parser.set_defaults(path_args=("config", "output_dir"))
 
 
 def run_train(args: argparse.Namespace) -> int:
