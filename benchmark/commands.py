@@ -35,8 +35,8 @@ from .solutions import pair_solutions
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXAMPLES_CANDIDATES = EXAMPLES_PROBLEMS.parent / "candidates"
 # The leaderboard columns that fit a terminal; the files have them all.
-TERMINAL_COLUMNS = ("run", "level", "problems", "candidates", "flagged for review", "correct (fast_0) %",
-                    "fast_1 vs eager %", "fast_1 vs compile %", "geomean vs compile (correct)", "mean reward")
+TERMINAL_COLUMNS = ("run", "level", "problems", "candidates", "correct (fast_0) %", "fast_1 vs eager %",
+                    "fast_1 vs compile %", "geomean vs compile (correct)", "mean reward", "flagged for review")
 
 
 class UsageError(Exception):

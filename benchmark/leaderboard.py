@@ -143,7 +143,6 @@ def level_summary(frame: pd.DataFrame, best: pd.DataFrame, flagged: pd.DataFrame
         held = flagged[(flagged["run"] == run) & ((flagged["level"] == level) | (level == "all"))]
         row = {
             "run": run, "level": level, "problems": len(problems), "candidates": len(candidates),
-            "flagged for review": len(held),
             "compiled %": _share(problems["compiled"]),
             "pass@1 %": round(100.0 * per_problem_pass.mean(), 1),
             "correct (fast_0) %": fast_p(problems, "eager", 0.0),
@@ -158,6 +157,8 @@ def level_summary(frame: pd.DataFrame, best: pd.DataFrame, flagged: pd.DataFrame
             row[f"geomean vs {mode} (all, failures=1x)"] = round(_geomean(all_problems), 3) if measured else math.nan
         row["lower precision % of passed"] = _share(passed["lower_precision"]) if len(passed) else math.nan
         row["mean reward"] = round(float(candidates["reward"].mean()), 3)
+        # Last, so the earlier columns keep their places in leaderboard.csv.
+        row["flagged for review"] = len(held)
         rows.append(row)
     return pd.DataFrame(rows)
 
