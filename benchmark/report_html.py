@@ -108,7 +108,8 @@ def render_html(board: Leaderboard) -> str:
              "<h2>fast_p by baseline</h2>", _table(board.fast_p)]
     parts += [f"<h2>{title}</h2><img alt='{title}' src='data:image/png;base64,{png}'>" for title, png in plots]
     parts += ["<h2>Reward distribution (candidates)</h2>", _table(board.rewards),
-              "<h2>Best of k per problem</h2>", _table(board.problems)]
+              "<h2>Best of k per problem</h2>", _table(board.problems),
+              "<h2>Flagged for review</h2>", _table(board.flagged)]
     if board.frame["run"].nunique() > 1:
         parts += ["<h2>Changes between runs</h2>", _table(board.changes)]
     parts += ["<h2>Environment</h2>", _table(board.environment), "</body></html>"]

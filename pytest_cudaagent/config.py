@@ -7,6 +7,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# The baselines a candidate can be timed against (verify --baselines, bench, `cudaagent baselines`).
+BASELINE_MODES = ("eager", "compile", "max-autotune")
+
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("CUDAAGENT_CACHE", Path.home() / ".cache" / "cudaagent"))

@@ -19,6 +19,7 @@ from .gpu_pinning import pin_xdist_worker_to_gpu
 from .pairing import Pair, pair_directory
 from .result import Result
 from .results_file import append_result, done_keys
+from .user_paths import TypedPaths
 
 _OPTIONS = [
     # (option, ini name, default, help)
@@ -37,7 +38,10 @@ _OPTIONS = [
     ("--cudaagent-convention", "cudaagent_convention", "kernelbench", "whose correctness convention: kernelbench (models as constructed, same seed) or cuda-agent (eval mode, strict state_dict load)"),
 ]
 _FLAGS = {"--cudaagent-resume", "--cudaagent-no-timing"}
+_PATHS = ("--cudaagent-problem", "--cudaagent-candidate", "--cudaagent-problems", "--cudaagent-candidates",
+          "--cudaagent-results")
 RESULT_PROPERTY = "cudaagent_result"
+PATHS = pytest.StashKey[tuple[dict, TypedPaths]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -52,11 +56,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _setting(config: pytest.Config, option: str):
+    if option in _PATHS:
+        return config.stash[PATHS][0][option]
     value = config.getoption(option.lstrip("-").replace("-", "_"))
     if value is None:
         ini_name = option.lstrip("-").replace("-", "_")
         value = config.getini(ini_name)
     return value
+
+
+def _absolute_paths(config: pytest.Config) -> tuple[dict, TypedPaths]:
+    """The path options, absolute before any test can change directory: a command-line value
+    against the directory pytest started in, an ini value against the ini file's directory
+    (pytest's own rule for paths in ini files)."""
+    typed = TypedPaths(config.invocation_params.dir)
+    ini_dir = config.inipath.parent if config.inipath else config.rootpath
+    values = {}
+    for option in _PATHS:
+        name = option.lstrip("-").replace("-", "_")
+        given, from_ini = config.getoption(name), config.getini(name)
+        values[option] = (typed.absolute(given) if given is not None else
+                          typed.absolute(from_ini, ini_dir) if from_ini else None)
+    return values, typed
 
 
 def config_from_pytest(config: pytest.Config) -> EvalConfig:
@@ -75,6 +96,7 @@ def config_from_pytest(config: pytest.Config) -> EvalConfig:
 def pytest_configure(config: pytest.Config) -> None:
     # Before anything in this worker starts CUDA: one GPU per xdist worker.
     pin_xdist_worker_to_gpu(os.environ.get("PYTEST_XDIST_WORKER"))
+    config.stash[PATHS] = _absolute_paths(config)
     config.addinivalue_line("markers", "cudaagent: a candidate kernel evaluated against its problem")
 
 
@@ -90,7 +112,7 @@ def _requested_pairs(config: pytest.Config) -> list[Pair]:
         try:
             pairs += pair_directory(Path(problems), Path(candidates))
         except FileNotFoundError as error:
-            raise pytest.UsageError(str(error)) from None
+            raise pytest.UsageError(config.stash[PATHS][1].shown(str(error))) from None
     return pairs
 
 

@@ -205,3 +205,24 @@ def run_synthesis(config: SynthConfig, proposer: Proposer | None = None,
     summary = write_summary(frame, out_dir, manifest.sessions())
     console.print(f"{int(frame['kept'].sum())} of {len(frame)} kept; summary in {summary}")
     return frame
+
+
+def check_file(problem: Path, filters: FilterConfig, kernelbench: Path | None = None,
+               similarity: float = 0.8, task_timeout_s: float = PoolConfig.task_timeout_s) -> dict:
+    """Every filter on one problem file, the runtime ones in a worker process (`cudaagent synth
+    check` and the cudaagent_synth pytest plugin)."""
+    index = load_kernelbench_index(kernelbench, similarity) if kernelbench else ContaminationIndex(similarity)
+    task = Task(problem.stem, problem.read_text(), "file")
+    signature, outcome = static_checks(task, index)
+    if not outcome.reasons:
+        outcomes = []
+        FilterPool(filters, PoolConfig(workers=1, task_timeout_s=task_timeout_s)).run(
+            iter([task]), lambda _, result: outcomes.append(result))
+        checks = {**outcome.checks, **outcomes[0].checks}
+        outcome = outcomes[0]
+        outcome.checks = checks
+    verdict = outcome.to_dict()
+    verdict.pop("source")
+    verdict["problem"] = str(problem)
+    verdict["operators"] = signature.operators if signature else []
+    return verdict

@@ -12,9 +12,14 @@ from pathlib import Path
 
 import yaml
 
+from pytest_cudaagent.user_paths import absolute_path
+
 from .ppo import PPOConfig
 from .rft import RFTConfig
 from .value_pretrain import ValuePretrainConfig
+
+# Environment options that name files or folders (cuda_single_turn.py, agent_loop.py).
+PATH_OPTIONS = ("problems", "work_dir")
 
 # Stage name -> (the StageConfig field holding its settings, the settings class).
 STAGE_SETTINGS = {
@@ -110,6 +115,18 @@ class TrainConfig:
             raise FileNotFoundError(f"no training config at {path}; see policy/trainer/configs/ for examples")
         data = yaml.safe_load(path.read_text()) or {}
         return from_dict(cls, data, str(path))
+
+    def resolve_paths(self, base: Path) -> None:
+        """Relative paths in the config made absolute against `base` (the caller's working
+        directory, like the command line's), before any stage runs elsewhere."""
+        self.output_dir = absolute_path(self.output_dir, base)
+        if self.model != "tiny":
+            self.model = absolute_path(self.model, base)
+        if self.critic_model:
+            self.critic_model = absolute_path(self.critic_model, base)
+        for stage in self.stages:
+            options = stage.environment.options
+            options.update({key: absolute_path(options[key], base) for key in PATH_OPTIONS if options.get(key)})
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -1,4 +1,6 @@
-"""PPO on one process against two data-parallel processes (`accelerate launch --num_processes 2`),
+"""Measures PPO on one process against two data-parallel ones (README, Measured: "Trainer on 2 GPUs").
+
+PPO on one process against two data-parallel processes (`accelerate launch --num_processes 2`),
 through the real trainer (`policy.trainer.cli`), in two experiments:
 
 * curve: the toy task (target-token) on the tiny model, the same global batch on 1 and 2
@@ -15,8 +17,8 @@ Step time is the main process's rollout + update time from metrics.jsonl, the fi
 (allocations, autotuning). Prints a table, writes scaling.json, curves.csv, curves.png and
 launch.log (every run's output) to --out; the runs themselves go to --runs.
 
-    python -m benchmark.ppo_scaling --out out/ppo-scaling            # 2 GPUs
-    python -m benchmark.ppo_scaling --out out/ppo-scaling --cpu --quick   # the script itself, on the CPU
+    python -m benchmark.experiments.ppo_scaling --out out/ppo-scaling            # 2 GPUs
+    python -m benchmark.experiments.ppo_scaling --out out/ppo-scaling --cpu --quick   # the script itself, on the CPU
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
