@@ -8,13 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.experiments.reward_latency import QUICK_CANDIDATE, QUICK_EVAL_OPTIONS, FixedAnswerEnvironment
+from benchmark.experiments.reward_latency import (
+    QUICK_CANDIDATE,
+    QUICK_EVAL_OPTIONS,
+    FixedAnswerEnvironment,
+)
 from policy.trainer.config import StageConfig, TrainConfig, default_scorer, from_dict
 from policy.trainer.environments import TargetTokenEnvironment
 from policy.trainer.metrics import read_metrics
 from policy.trainer.rewards import DevicePoolScorer, build_scorer
 from policy.trainer.stages import run_pipeline
 from policy.trainer.xdist_scorer import MISSING_RESULT, XdistScorer, xdist_layout
+
+from .worker_killer import KILL_MARKER
 
 REPO = Path(__file__).resolve().parents[2]
 PROBLEM = REPO / "tests" / "data" / "problems" / "small_leaky_relu.py"
@@ -112,7 +118,7 @@ def test_dead_workers_exits_and_hangs_cost_only_their_own_candidates(tmp_path, m
         candidate_file(tmp_path, "good", QUICK_CANDIDATE),
         str(CANDIDATES / "os_exit.py"),
         candidate_file(tmp_path, "sleeps_at_import", sleeper),
-        candidate_file(tmp_path / "kill-worker", "good_but_worker_dies", QUICK_CANDIDATE),
+        candidate_file(tmp_path, "good_but_worker_dies", QUICK_CANDIDATE + KILL_MARKER),
     ]
     # A tiny build (import) timeout; the reference still gets the usual run timeout.
     environment = environment_for(candidates, build_timeout_s=5)
