@@ -165,3 +165,25 @@ def test_rft_with_the_xdist_scorer_gets_the_pools_rewards(tmp_path, monkeypatch)
         pool.close()
     (metrics,) = read_metrics(stage_dir / "metrics.jsonl")
     assert metrics["kept"] == 1 and metrics["reward_mean"] == pytest.approx(-0.5)
+
+
+@pytest.mark.gpu
+def test_xdist_scores_cuda_candidates_one_worker_per_gpu_as_the_pool_does(tmp_path):
+    import torch
+
+    problems = sorted((REPO / "examples" / "problems").glob("*.py"))
+    answers = tuple((str(p), str(REPO / "examples" / "candidates" / "cuda" / p.name)) for p in problems)
+    # Correctness only: the reward then does not hang on timing noise near the speed-up thresholds.
+    environment = FixedAnswerEnvironment(str(REPO / "examples" / "problems"), device="cuda",
+                                         eval_options={"timing": False}, answers=answers)
+    devices = [f"cuda:{index}" for index in range(torch.cuda.device_count())]
+    scorer = XdistScorer(environment, devices, tmp_path / "scoring")
+    xdist_rewards = score_all(scorer, environment)
+    scorer.close()
+    pool = DevicePoolScorer(environment, devices)
+    try:
+        assert xdist_rewards == score_all(pool, environment) == [1.0] * len(answers)
+    finally:
+        pool.close()
+    log = (tmp_path / "scoring" / "batch-00000" / "pytest.log").read_text()
+    assert f"-n {len(devices)}" in log.splitlines()[0]  # one pytest-xdist run, a worker per GPU
