@@ -86,7 +86,8 @@ class XdistScorer:
         # Absolute: the pytest run works in a folder of its own.
         self.work_dir = Path(work_dir).resolve()
         self._pending: list[_Pending] = []
-        self._batches = 0
+        # A resumed stage goes on after the batches already on disk (run_batch never overwrites results).
+        self._batches = len(list(self.work_dir.glob("batch-*")))
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
 
@@ -120,12 +121,14 @@ class XdistScorer:
         except Exception as error:  # whatever went wrong, training goes on without these rewards
             episodes = [ScoredEpisode(batch, item.task.task_id, "", None, FAILED_REWARD, None,
                                       f"scoring failed: {type(error).__name__}: {error}") for item in pending]
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.work_dir / "episodes.jsonl", "a") as log:
-            for episode in episodes:
-                log.write(json.dumps(dataclasses.asdict(episode)) + "\n")
-        for item, episode in zip(pending, episodes, strict=True):
-            item.future.set_result(episode.reward)
+        try:
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.work_dir / "episodes.jsonl", "a") as log:
+                for episode in episodes:
+                    log.write(json.dumps(dataclasses.asdict(episode)) + "\n")
+        finally:  # the trainer waits on these whatever happened to the log
+            for item, episode in zip(pending, episodes, strict=True):
+                item.future.set_result(episode.reward)
 
 
 def score_batch(environment, pending: list[_Pending], batch_dir: Path, batch: int, device: str,

@@ -108,6 +108,14 @@ def test_a_pytest_run_that_fails_at_start_up_gives_minus_one_with_its_exit(tmp_p
     assert "--no-such-option" in episode["reason"]  # the log's last lines say what went wrong
 
 
+def test_a_resumed_stage_scores_into_new_batch_folders(tmp_path):
+    (tmp_path / "scoring" / "batch-00000").mkdir(parents=True)  # left by the run before the resume
+    environment = environment_for([None])
+    scorer = XdistScorer(environment, ["cpu"], tmp_path / "scoring")
+    assert score_all(scorer, environment) == [-1.0]
+    assert [episode["batch"] for episode in episode_log(tmp_path / "scoring")] == [1]
+
+
 @pytest.mark.slow
 def test_dead_workers_exits_and_hangs_cost_only_their_own_candidates(tmp_path, monkeypatch):
     # A worker that dies: a plugin kills the xdist worker itself on one candidate (a candidate's
