@@ -46,6 +46,10 @@ class BatchSettings:
     policy: str = "strict"
     tolerance: str = "default"
     convention: str = "kernelbench"
+    # An EvalConfig JSON for what has no option (timeouts, timing budgets, cache dir): --cudaagent-config.
+    config_file: Path | None = None
+    # The GPUs the workers are pinned over, round robin (CUDA_VISIBLE_DEVICES of the run); None: all.
+    gpus: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -96,6 +100,8 @@ def pytest_command(manifest: Path, results_path: Path, run_dir: Path, settings: 
                 "-n", str(workers), "--dist", "worksteal"]
     if not settings.timing:
         command.append("--cudaagent-no-timing")
+    if settings.config_file is not None:
+        command += ["--cudaagent-config", str(settings.config_file)]
     return command
 
 
@@ -140,6 +146,8 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
 
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    if settings.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(settings.gpus)
     command = pytest_command(manifest, results_path, run_dir, settings, device, workers)
     with open(outcome.log_path, "w") as log:
         log.write(" ".join(command) + "\n")

@@ -6,6 +6,7 @@ is pinned to one GPU before CUDA starts, and timings take a per-GPU lock (locks.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -36,10 +37,11 @@ _OPTIONS = [
     ("--cudaagent-policy", "cudaagent_policy", "strict", "anti-hacking policy: strict (the paper's rules) or permissive (KernelBench's)"),
     ("--cudaagent-tolerance", "cudaagent_tolerance", "default", "tolerance preset: default (atol=rtol=1e-2 for fp32), kernelbench-main (1e-4) or strict"),
     ("--cudaagent-convention", "cudaagent_convention", "kernelbench", "whose correctness convention: kernelbench (models as constructed, same seed) or cuda-agent (eval mode, strict state_dict load)"),
+    ("--cudaagent-config", "cudaagent_config", None, "an EvalConfig as JSON (EvalConfig.to_dict) for the settings without an option of their own: timeouts, timing budgets, reward thresholds, cache dir; the options above still decide theirs"),
 ]
 _FLAGS = {"--cudaagent-resume", "--cudaagent-no-timing"}
 _PATHS = ("--cudaagent-problem", "--cudaagent-candidate", "--cudaagent-problems", "--cudaagent-candidates",
-          "--cudaagent-results")
+          "--cudaagent-results", "--cudaagent-config")
 RESULT_PROPERTY = "cudaagent_result"
 PATHS = pytest.StashKey[tuple[dict, TypedPaths]]()
 
@@ -82,7 +84,10 @@ def _absolute_paths(config: pytest.Config) -> tuple[dict, TypedPaths]:
 
 def config_from_pytest(config: pytest.Config) -> EvalConfig:
     baselines = str(_setting(config, "--cudaagent-baselines") or "")
-    return EvalConfig(
+    config_file = _setting(config, "--cudaagent-config")
+    base = EvalConfig.from_dict(json.loads(Path(config_file).read_text())) if config_file else EvalConfig()
+    return dataclasses.replace(
+        base,
         device=_setting(config, "--cudaagent-device"),
         trials=int(_setting(config, "--cudaagent-trials")),
         timing=not _setting(config, "--cudaagent-no-timing"),
@@ -97,6 +102,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # Before anything in this worker starts CUDA: one GPU per xdist worker.
     pin_xdist_worker_to_gpu(os.environ.get("PYTEST_XDIST_WORKER"))
     config.stash[PATHS] = _absolute_paths(config)
+    config_file = _setting(config, "--cudaagent-config")
+    if config_file and not Path(config_file).is_file():
+        raise pytest.UsageError(f"--cudaagent-config {config_file}: no such file; write one from EvalConfig.to_dict()")
     config.addinivalue_line("markers", "cudaagent: a candidate kernel evaluated against its problem")
 
 

@@ -98,14 +98,16 @@ def train_config(run: ScalingRun, output_dir: Path, mixed_precision: str) -> dic
     }
 
 
-def launch(run: ScalingRun, work: Path, cpu: bool, log) -> Path:
-    """Runs one configuration through `accelerate launch`; returns its metrics.jsonl."""
+def launch(run: ScalingRun, work: Path, cpu: bool, log, config: dict | None = None,
+           entry: tuple[str, ...] = ("-m", "policy.trainer.cli")) -> Path:
+    """Runs one configuration (`config`, default train_config(run)) through `accelerate launch`
+    of `entry` (a module taking --config and --no-resume); returns its metrics.jsonl."""
     run_dir = work / run.name
     config_path = work / f"{run.name}.yaml"
     work.mkdir(parents=True, exist_ok=True)
     mixed_precision = "no" if cpu else "bf16"
     threads = 1 if cpu else 8
-    config_path.write_text(yaml.safe_dump(train_config(run, run_dir, mixed_precision)))
+    config_path.write_text(yaml.safe_dump(config or train_config(run, run_dir, mixed_precision)))
     command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(run.processes),
                "--num_machines", "1", "--mixed_precision", mixed_precision, "--dynamo_backend", "no",
                "--main_process_port", "0",
@@ -114,7 +116,7 @@ def launch(run: ScalingRun, work: Path, cpu: bool, log) -> Path:
                "--num_cpu_threads_per_process", str(threads)]
     if run.processes > 1:
         command.append("--multi_gpu")  # with ACCELERATE_USE_CPU=1: several CPU processes over gloo
-    command += ["-m", "policy.trainer.cli", "--config", str(config_path), "--no-resume"]
+    command += [*entry, "--config", str(config_path), "--no-resume"]
     env = os.environ | {"PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     if cpu:
         env |= {"ACCELERATE_USE_CPU": "1"}

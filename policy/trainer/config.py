@@ -15,6 +15,7 @@ import yaml
 from pytest_cudaagent.user_paths import absolute_path
 
 from .ppo import PPOConfig
+from .rewards import SCORERS
 from .rft import RFTConfig
 from .value_pretrain import ValuePretrainConfig
 
@@ -56,10 +57,30 @@ class EnvironmentConfig:
     kind: str = "target-token"
     # Keyword arguments of the environment's constructor (e.g. problems_dir for the CUDA ones).
     options: dict = field(default_factory=dict)
-    # inline: score in the trainer's process (toy rewards); pool: one worker per device.
-    scorer: str = "inline"
-    # Devices of the scoring pool; default every visible GPU.
+    # inline: score in the trainer's process (toy rewards); pool: one evaluator worker per device,
+    # each episode scored the moment it ends; xdist: the whole batch through one pytest -n run of
+    # the plugin. None: the stage's default (default_scorer).
+    scorer: str | None = None
+    # Devices of the scoring pool or xdist workers (one per entry); default every visible GPU.
     scoring_devices: list[str] | None = None
+
+    def __post_init__(self):
+        if self.scorer is not None and self.scorer not in SCORERS:
+            raise ValueError(f"unknown scorer {self.scorer!r}; use one of {', '.join(SCORERS)}")
+
+
+# The environments whose episodes the evaluator scores through a scorer (cuda-agent scores inside
+# its own loop; the toy ones in microseconds).
+EVALUATOR_SCORED = ("cuda-single-turn",)
+
+
+def default_scorer(stage_name: str, environment_kind: str) -> str:
+    """xdist for the batch-synchronous stages (the batch is generated, then scored, then trained
+    on: one pytest-xdist run over it keeps every GPU's timing busy); pool for ppo-multi-turn, whose
+    episodes end at different turns and are scored while the others still generate."""
+    if environment_kind not in EVALUATOR_SCORED:
+        return "inline"
+    return "pool" if stage_name == "ppo-multi-turn" else "xdist"
 
 
 @dataclass
@@ -77,6 +98,8 @@ class StageConfig:
         settings_field, settings_class = STAGE_SETTINGS[self.name]
         if getattr(self, settings_field) is None:
             setattr(self, settings_field, settings_class())
+        if self.environment.scorer is None:
+            self.environment.scorer = default_scorer(self.name, self.environment.kind)
 
     @property
     def settings(self):

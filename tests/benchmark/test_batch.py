@@ -29,6 +29,10 @@ def test_pytest_command_carries_the_settings(tmp_path, monkeypatch):
                  "--cudaagent-policy permissive", "--cudaagent-tolerance strict", "--cudaagent-no-timing",
                  "-p benchmark.pairs_plugin", f"--bench-pairs {tmp_path / 'pairs.json'}"):
         assert part in text
+    assert "--cudaagent-config" not in text
+    with_file = BatchSettings(device="cpu", config_file=tmp_path / "eval_config.json")
+    text = " ".join(pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, with_file, "cpu", 1))
+    assert f"--cudaagent-config {tmp_path / 'eval_config.json'}" in text
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     disabled = " ".join(pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, settings, "cpu", 1))
     assert "-p pytest_cudaagent.plugin" in disabled and "-p xdist.plugin" in disabled
