@@ -243,18 +243,10 @@ class Evaluation:
     def _check_watched_time(self, bare_median_ms: float, reply: dict) -> None:
         """CPU (no profiler): bare calls against the audited calls' time, less the most the watch
         can cost for the operators and Python calls it saw in them."""
-        timing = self.config.timing_config
-        if not reply["audited_ms"]:
-            return
-        watched_ms = statistics.median(reply["audited_ms"])
-        watch_cost_ms = (reply["audited_operators"] * timing.cpu_audit_ms_per_op
-                         + reply["audited_python_calls"] * timing.cpu_audit_ms_per_call)
-        unwatched_work_ms = watched_ms - watch_cost_ms
-        if unwatched_work_ms > 0 and bare_median_ms < timing.cpu_inconsistent_fraction * unwatched_work_ms:
-            self._add_violations([Violation(
-                "timing_inconsistent", f"timed calls took {bare_median_ms:.4f} ms; watched calls took "
-                f"{watched_ms:.4f} ms, of which at most {watch_cost_ms:.4f} ms was the watch: another code "
-                "path runs when unwatched")])
+        violation = watched_time_violation(bare_median_ms, reply["audited_ms"], reply["audited_operators"],
+                                           reply["audited_python_calls"], self.config.timing_config)
+        if violation is not None:
+            self._add_violations([violation])
 
     def _check_kernels(self, reply: dict) -> None:
         foreign = foreign_kernels(reply["kernel_names"], reply["own_kernel_names"], self.policy)
@@ -369,6 +361,22 @@ def judge_checked_call(label: str, expected: list, actual: list, tolerances: dic
                          "the tolerance, a numerical difference, not skipped work")
     return Violation("timed_output", f"{label} returned a wrong result ({check.error}): work skipped, cached or "
                      "changed when timed")
+
+
+def watched_time_violation(bare_median_ms: float, audited_ms: list[float], operators: float,
+                           python_calls: float, timing) -> Violation | None:
+    """timing_inconsistent on the CPU: bare calls faster than `cpu_inconsistent_fraction` of the
+    watched calls' time less a bound on what the watch costs (config.py says why so loose)."""
+    if not audited_ms:
+        return None
+    watched_ms = statistics.median(audited_ms)
+    watch_cost_ms = operators * timing.cpu_audit_ms_per_op + python_calls * timing.cpu_audit_ms_per_call
+    unwatched_work_ms = watched_ms - watch_cost_ms
+    if unwatched_work_ms > 0 and bare_median_ms < timing.cpu_inconsistent_fraction * unwatched_work_ms:
+        return Violation("timing_inconsistent", f"timed calls took {bare_median_ms:.4f} ms; watched calls took "
+                         f"{watched_ms:.4f} ms, of which at most {watch_cost_ms:.4f} ms was the watch: another "
+                         "code path runs when unwatched")
+    return None
 
 
 def _for_candidate(fresh_set: dict) -> dict:

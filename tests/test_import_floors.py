@@ -14,7 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # The floors (docs/CONTRACTS.md, "Layout"): a package may import its own floor's packages only when
 # listed in SIDEWAYS, and any package below it.
 FLOORS = {"pytest_cudaagent": 0, "benchmark": 1, "policy": 1, "synthesis": 2}
-SIDEWAYS: set[tuple[str, str]] = set()
+# The trainer's xdist scorer runs a rollout batch through benchmark.batch, the same pytest-xdist
+# path as `cudaagent bench` (issue #16); benchmark never imports policy.
+SIDEWAYS: set[tuple[str, str]] = {("policy", "benchmark")}
 # Measurement scripts are not installed; they may use any package, as a user would.
 NOT_INSTALLED = ("benchmark.experiments",)
 

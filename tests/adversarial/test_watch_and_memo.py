@@ -20,7 +20,6 @@ EXPECTED_RULE = {
     "content_memo_clone": "timed_output",
     "content_memo_pointer": "timed_output",
     "content_memo_profile_aware": "timed_output",
-    "unwatched_fallback": "timing_inconsistent",
 }
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -37,6 +36,29 @@ def test_memo_and_watch_aware_cheats_are_rejected(name, device):
     result = evaluate(PROBLEM, HERE / f"{name}.py", config_for(device, policy="permissive"))
     assert result.status == "violation" and result.reward == -1, result.summary()
     assert EXPECTED_RULE[name] in {v.rule for v in result.violations}, result.summary()
+
+
+@pytest.mark.gpu
+def test_a_fallback_taken_only_when_unwatched_is_timing_inconsistent_on_the_gpu():
+    """Right outputs every call; bare calls run PyTorch's kernel, faster than the busy time of
+    the candidate's own kernels when profiled."""
+    result = evaluate(PROBLEM, HERE / "unwatched_fallback.py", config_for("cuda", policy="permissive"))
+    assert result.status == "violation" and "timing_inconsistent" in {v.rule for v in result.violations}, result.summary()
+
+
+def test_the_cpu_watched_time_rule_flags_only_gaps_the_watch_cannot_explain():
+    """On the CPU the same cheat is caught only past a 100x gap: the Python-level watch's cost
+    swings with load (config.py). The rule itself, on numbers measured on the CI box."""
+    from pytest_cudaagent.evaluate import watched_time_violation
+
+    timing = TimingConfig()
+    # The fallback cheat: 2 interpreted kernels watched (~700 ms), PyTorch unwatched (~1 ms).
+    assert watched_time_violation(1.0, [690.0, 710.0, 705.0], 6, 400, timing).rule == "timing_inconsistent"
+    # Honest glue under heavy load: 36 small operators, 6.7 ms bare against 143.6 ms watched.
+    assert watched_time_violation(6.7, [143.6, 140.0, 150.0], 36, 2400, timing) is None
+    # All of the watched time explained by the watch: never flagged.
+    assert watched_time_violation(0.1, [50.0], 300, 2000, timing) is None
+    assert watched_time_violation(0.1, [], 0, 0, timing) is None
 
 
 @pytest.mark.parametrize("device", DEVICES)
