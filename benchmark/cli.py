@@ -15,6 +15,7 @@ from rich.table import Table
 
 from pytest_cudaagent.config import EvalConfig
 from pytest_cudaagent.files import BadFileError
+from pytest_cudaagent.lifetime import stop_on_sigterm
 
 from .baselines import MODES, compare, geomean_ratio, time_baselines, to_json_record
 from .batch import (
@@ -158,6 +159,7 @@ def default_candidates(device: str) -> Path:
 
 def run_bench(args) -> int:
     console = Console()
+    stop_on_sigterm()
     out_dir = Path(args.out)
     if args.resume and args.overwrite:
         raise UsageError("--resume and --overwrite contradict each other; pick one")

@@ -123,8 +123,10 @@ def _add_run(commands) -> None:
 
 
 def run_run(args) -> int:
+    from pytest_cudaagent.lifetime import stop_on_sigterm
+
     from .compose import ComposerConfig
-    from .pipeline import SynthConfig, load_or_crawl_catalogue, run_synthesis, stop_on_sigterm
+    from .pipeline import SynthConfig, load_or_crawl_catalogue, run_synthesis
 
     console = Console(stderr=True)
     config = SynthConfig(

@@ -7,8 +7,6 @@ so a run bounded in time still ends with its summary."""
 from __future__ import annotations
 
 import dataclasses
-import signal
-import sys
 import tempfile
 import threading
 import time
@@ -116,14 +114,6 @@ class ProgressLine:
         elapsed = now - self.started
         self.console.print(f"synth: {self.done}/{self.total} filtered, {kept} kept, {elapsed:.0f} s, "
                            f"{self.done / elapsed * 3600:.0f} candidates/h", highlight=False)
-
-
-def stop_on_sigterm() -> None:
-    """Let SIGTERM (`timeout`, a job scheduler) end the process as Ctrl-C would: Python exits,
-    and multiprocessing's exit handler ends the filter workers, which would otherwise run on,
-    holding the GPU, until their current task ends. The manifest keeps every finished
-    candidate; `--resume` goes on from there."""
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def load_or_crawl_catalogue(config: SynthConfig, console: Console) -> Catalogue:

@@ -1,0 +1,96 @@
+"""Processes that end with the run that started them, however it ends: each child the evaluator
+starts (pytest controller, xdist workers, worker processes) is killed by the kernel when its
+parent dies, even by SIGKILL, and a worker process takes its own children (compilers) with it.
+Linux only (prctl); elsewhere these are no-ops and only orderly exits clean up."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+# The pid a child should die with, passed down by whoever starts it (the bench runner for its
+# pytest controller; the controller for its xdist workers).
+PARENT_PID_ENV = "CUDAAGENT_PARENT_PID"
+_PR_SET_PDEATHSIG = 1
+
+
+def _set_parent_death_signal(signum: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0
+
+
+def die_with_parent(parent_pid: int | None) -> None:
+    """SIGKILL this process when `parent_pid` (the thread that started it, in kernel terms) ends.
+    A parent that died before the request leaves us already adopted: exit now."""
+    if parent_pid is None or not _set_parent_death_signal(signal.SIGKILL):
+        return
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def die_with_parent_from_env() -> None:
+    """For a process started with PARENT_PID_ENV set: die with that process if it is our parent
+    (a process further down, or the same process run in-process, is left alone). Then names this
+    process in os.environ, for the processes it starts from here on."""
+    named = int(os.environ.get(PARENT_PID_ENV) or 0)
+    if named and named != os.getpid():
+        if os.getppid() == named:
+            die_with_parent(named)
+        elif not _alive(named):  # it died while we started: we are the orphan it left
+            os._exit(1)
+    os.environ[PARENT_PID_ENV] = str(os.getpid())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        pass
+    return True
+
+
+def lead_group_and_reap_it(parent_pid: int) -> None:
+    """In a freshly spawned worker process: die with the parent, and lead a process group of our
+    own whose every member (compilers, whatever the worker starts) is SIGKILLed as soon as this
+    process ends for any reason. A forked watcher does the killing, since a process killed by
+    SIGKILL cleans up nothing itself."""
+    die_with_parent(parent_pid)
+    if not sys.platform.startswith("linux"):
+        return
+    os.setpgid(0, 0)
+    worker_pid = os.getpid()
+    if os.fork():
+        return
+    # The watcher: no fd of the worker kept open (the parent reads EOF on the pipe when the
+    # worker dies), waits for SIGTERM, sent by the kernel when the worker ends.
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.closerange(3, 65536)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    _set_parent_death_signal(signal.SIGTERM)
+    if os.getppid() == worker_pid:
+        signal.sigwait({signal.SIGTERM})
+    os.killpg(worker_pid, signal.SIGKILL)
+    os._exit(0)
+
+
+def kill_group(leader_pid: int) -> None:
+    """SIGKILL what is left of the process group `leader_pid` led (nothing, when it is gone)."""
+    try:
+        os.killpg(leader_pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_on_sigterm() -> None:
+    """Let SIGTERM (`timeout`, a job scheduler, a killed session) end the process as Ctrl-C
+    would: Python unwinds, so `finally` blocks end the workers and nothing half-done is recorded
+    (results and manifests are written only once an item is finished); `--resume` goes on."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

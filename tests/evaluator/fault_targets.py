@@ -1,0 +1,10 @@
+"""Worker targets for tests/evaluator/test_faults.py (importable by the spawned child)."""
+
+import subprocess
+
+
+def start_sleeper(conn, spec: dict) -> None:
+    """Starts a long child, as a build starts its compiler, tells its pid and waits."""
+    sleeper = subprocess.Popen(["sleep", "300"])
+    conn.send({"kind": "started", "sleeper": sleeper.pid})
+    sleeper.wait()
