@@ -3,8 +3,6 @@ whole or skipped and reported, and no process of the run outlives it."""
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
 import sys
@@ -89,3 +87,22 @@ def test_a_closed_worker_takes_its_children_with_it():
     assert _gone_within([sleeper], seconds=0) == [sleeper]
     worker.close()
     assert _gone_within([worker.process.pid, sleeper], seconds=5) == []
+
+
+@pytest.mark.parametrize("broken", ['{"mode": "eager", "timing": {"median_ms": 0.', "{}", '{"timing": {"x": 1}}', ""])
+def test_a_broken_baseline_entry_is_measured_again(tmp_path, broken):
+    from pytest_cudaagent.baseline_cache import BaselineCache
+    from pytest_cudaagent.config import TimingConfig
+    from pytest_cudaagent.result import TimingStats
+
+    problem = tmp_path / "problem.py"
+    problem.write_text("# a problem\n")
+    cache = BaselineCache(tmp_path / "cache")
+    key = cache.key(problem, "cpu", "eager", TimingConfig())
+    cache.root.mkdir(parents=True)
+    cache.path(key).write_text(broken)  # a writer killed midway, or a foreign file
+    cache.path(key).with_suffix(".tmp").write_text('{"timing": ')  # its temporary file, left behind
+    assert cache.get(key) is None
+    measured = TimingStats.from_samples([1.0, 2.0, 3.0])
+    cache.put(key, measured, problem, "cpu", "eager")
+    assert cache.get(key) == measured

@@ -20,7 +20,7 @@ def test_resume_after_a_kill_mid_write_gives_the_same_tasks(tmp_path, small_cata
     config = config_for(tmp_path, small_catalogue, tiny_sizes, cpu_filters, 4)
     whole = run_synthesis(config)
     run = tmp_path / "run"
-    verdicts = dict(zip(whole["id"], whole["kept"]))
+    verdicts = dict(zip(whole["id"], whole["kept"], strict=True))
 
     cut = _cut_last_line(run / "manifest.jsonl")  # killed while appending the last record
     (run / "sessions.jsonl").write_text((run / "sessions.jsonl").read_text() + '{"session": 1, "star')
@@ -35,7 +35,7 @@ def test_resume_after_a_kill_mid_write_gives_the_same_tasks(tmp_path, small_cata
     resumed = run_synthesis(config)
     assert "skipped 1 unreadable line" in capsys.readouterr().err
     assert sorted(resumed["id"]) == sorted(verdicts) and resumed["id"].is_unique
-    assert dict(zip(resumed["id"], resumed["kept"])) == verdicts
+    assert dict(zip(resumed["id"], resumed["kept"], strict=True)) == verdicts
     assert not leftover.exists()
     kept_files = {path.stem for path in (run / "tasks").iterdir()}
     assert kept_files == {task_id for task_id, kept in verdicts.items() if kept}
