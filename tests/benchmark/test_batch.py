@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.batch import BatchSettings, _end_with_newline, default_workers, pytest_command
+from benchmark.batch import BatchSettings, default_workers, pytest_command
 from benchmark.progress import ResultsTail
-from pytest_cudaagent.results_file import read_results
+from pytest_cudaagent.results_file import append_json_line, read_results
 
 from .bench_helpers import fake_result, make_kernelbench_tree, run_cli, write_candidate
 
@@ -40,9 +40,7 @@ def test_results_tail_waits_for_complete_lines_and_half_lines_are_closed(tmp_pat
     path.write_text(line + "\n" + line[:40])
     tail = ResultsTail(path, 0)
     assert len(tail.poll()) == 1 and tail.poll() == []
-    _end_with_newline(path)  # what a resumed run does before appending
-    with open(path, "a") as handle:
-        handle.write(line + "\n")
+    append_json_line(path, line)  # a resumed run's next line starts on a line of its own
     assert len(tail.poll()) == 1  # the cut line is skipped, the new one is read
     assert len(read_results(path)) == 2
 
