@@ -9,6 +9,8 @@ import ctypes
 import os
 import signal
 import sys
+import threading
+import time
 
 # The pid a child should die with, passed down by whoever starts it (the bench runner for its
 # pytest controller; the controller for its xdist workers).
@@ -43,6 +45,18 @@ def die_with_parent_from_env() -> None:
         elif not _alive(named):  # it died while we started: we are the orphan it left
             os._exit(1)
     os.environ[PARENT_PID_ENV] = str(os.getpid())
+
+
+def exit_when_parent_dies(parent_pid: int, poll_s: float = 1.0) -> None:
+    """For a pool process made by some thread that may end before it (a process pool started
+    from a worker thread), where the kernel's parent-death signal would fire too early: a
+    daemon thread watches for adoption and SIGKILLs this process, and so its workers."""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="exit-when-parent-dies", daemon=True).start()
 
 
 def _alive(pid: int) -> bool:

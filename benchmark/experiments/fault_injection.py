@@ -253,8 +253,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", help="working directory (default: a new temporary one, kept)")
     parser.add_argument("--json", metavar="FILE", help="write every attempt and the comparison as JSON")
+    parser.add_argument("--show", metavar="FILE", help="print the tables of a report written by --json; run nothing")
+    parser.add_argument("--markdown", action="store_true", help="print the tables as markdown (for the README)")
     args = parser.parse_args(argv)
-    console = Console()
+    console = Console(width=max(Console().width, 160))
+    report = json.loads(Path(args.show).read_text()) if args.show else run_faults(args, console)
+    if args.markdown:
+        print(to_markdown(report), end="")
+    else:
+        print_report(report, console)
+    if args.json and not args.show:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    comparison = report["comparison"]
+    return 0 if comparison["identical"] and not any(a["leftover"] or a["stale"] for a in report["attempts"]) else 1
+
+
+def run_faults(args, console: Console) -> dict:
     work = Path(args.work or tempfile.mkdtemp(prefix="cudaagent-faults-")).resolve()
     rng = random.Random(args.seed)
     kinds = [KINDS[i % len(KINDS)] for i in range(args.kills)]
@@ -294,43 +308,61 @@ def main(argv: list[str] | None = None) -> int:
     comparison = compare(reference_verdicts, faulted_verdicts)
     comparison["cut_lines"] = cut_lines
     lost_s = sum(a.wall_s for a in attempts) - reference.wall_s
-    report = {"machine": f"{platform.node()} ({os.cpu_count()} cores)", "device": args.device, "seed": args.seed,
+    return {"machine": f"{platform.node()} ({os.cpu_count()} cores)", "device": args.device, "seed": args.seed,
               "reference": asdict(reference), "attempts": [asdict(a) for a in attempts],
               "reference_verdicts": reference_verdicts, "faulted_verdicts": faulted_verdicts,
               "comparison": comparison, "time_lost_s": lost_s, "time_lost_per_kill_s": lost_s / max(args.kills, 1),
               "work": str(work)}
-    print_report(report, console)
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1))
-    return 0 if comparison["identical"] and not any(a.leftover or a.stale for a in attempts) else 1
+
+
+ATTEMPT_COLUMNS = ("#", "kill", "target", "at s", "exit", "exit after kill s", "results", "settled s",
+                   "processes left", "stale files", "attempt s")
+
+
+def attempt_rows(report: dict) -> list[list[str]]:
+    return [[str(a["index"]), a["kind"], a["target"] or "-",
+             "-" if a["moment_s"] is None else f"{a['moment_s']:.1f}", str(a["exit_code"]),
+             "-" if a["stopped_after_s"] is None else f"{a['stopped_after_s']:.1f}",
+             f"{a['results_before']} -> {a['results_after']}", f"{a['settled_s']:.1f}",
+             ", ".join(a["leftover"]) or "0", ", ".join(a["stale"]) or "0", f"{a['wall_s']:.1f}"]
+            for a in report["attempts"]]
+
+
+def summary_rows(report: dict) -> list[list[str]]:
+    comparison = report["comparison"]
+    statuses = Counter(statuses[-1] for statuses in report["reference_verdicts"].values())
+    return [
+        ["uninterrupted run", f"{report['reference']['wall_s']:.1f} s, "
+         + ", ".join(f"{status} {count}" for status, count in sorted(statuses.items()))],
+        ["identical verdict set", "yes" if comparison["identical"] else "no"],
+        ["verdicts changed", "; ".join(f"{pair}: {was} -> {now}" for pair, (was, now)
+                                       in comparison["changed"].items()) or "none"],
+        ["duplicate pairs", ", ".join(comparison["duplicates"]) or "none"],
+        ["lost pairs", ", ".join(comparison["lost"]) or "none"],
+        ["cut lines skipped on resume", str(comparison["cut_lines"])],
+        ["processes left (after 10 s)", str(sum(len(a["leftover"]) for a in report["attempts"]))],
+        ["stale files at the end", str(len(report["attempts"][-1]["stale"]))],
+        ["time lost", f"{report['time_lost_s']:.1f} s in all, {report['time_lost_per_kill_s']:.1f} s per kill"],
+    ]
 
 
 def print_report(report: dict, console: Console) -> None:
-    table = Table("#", "kill", "target", "at s", "exit", "exit after kill s", "results", "settled s",
-                  "processes left", "stale files", "attempt s",
-                  title=f"fault injection, {report['device']}, {report['machine']}")
-    for a in report["attempts"]:
-        table.add_row(str(a["index"]), a["kind"], a["target"] or "-",
-                      "-" if a["moment_s"] is None else f"{a['moment_s']:.1f}", str(a["exit_code"]),
-                      "-" if a["stopped_after_s"] is None else f"{a['stopped_after_s']:.1f}",
-                      f"{a['results_before']} -> {a['results_after']}", f"{a['settled_s']:.1f}",
-                      ", ".join(a["leftover"]) or "0", ", ".join(a["stale"]) or "0", f"{a['wall_s']:.1f}")
+    table = Table(*ATTEMPT_COLUMNS, title=f"fault injection, {report['device']}, {report['machine']}")
+    for row in attempt_rows(report):
+        table.add_row(*row)
     console.print(table)
-    comparison = report["comparison"]
     summary = Table("check", "outcome", title="against one uninterrupted run")
-    statuses = Counter(statuses[-1] for statuses in report["reference_verdicts"].values())
-    summary.add_row("uninterrupted run", f"{report['reference']['wall_s']:.1f} s, "
-                    + ", ".join(f"{status} {count}" for status, count in sorted(statuses.items())))
-    summary.add_row("identical verdict set", "yes" if comparison["identical"] else "no")
-    summary.add_row("verdicts changed", "; ".join(f"{pair}: {was} -> {now}" for pair, (was, now)
-                                                 in comparison["changed"].items()) or "none")
-    summary.add_row("duplicate pairs", ", ".join(comparison["duplicates"]) or "none")
-    summary.add_row("lost pairs", ", ".join(comparison["lost"]) or "none")
-    summary.add_row("cut lines skipped on resume", str(comparison["cut_lines"]))
-    summary.add_row("processes left (after 10 s)", str(sum(len(a["leftover"]) for a in report["attempts"])))
-    summary.add_row("stale files at the end", str(len(report["attempts"][-1]["stale"])))
-    summary.add_row("time lost", f"{report['time_lost_s']:.1f} s in all, {report['time_lost_per_kill_s']:.1f} s per kill")
+    for row in summary_rows(report):
+        summary.add_row(*row)
     console.print(summary)
+
+
+def to_markdown(report: dict) -> str:
+    def lines(columns, rows):
+        return ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)] + \
+               ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines(ATTEMPT_COLUMNS, attempt_rows(report)) + [""]
+                     + lines(("check", "outcome"), summary_rows(report))) + "\n"
 
 
 if __name__ == "__main__":

@@ -78,6 +78,30 @@ def test_a_killed_parent_leaves_no_worker_nor_its_children(signal_name):
     assert _gone_within([worker_pid, sleeper_pid], seconds=5) == []
 
 
+PARENT_OF_A_CHILD = """
+import os, signal, subprocess, sys
+from pytest_cudaagent.lifetime import PARENT_PID_ENV
+child = subprocess.Popen([sys.executable, "-c", "from pytest_cudaagent import lifetime; %s; "
+                          "print(flush=True); import time; time.sleep(300)"],
+                         env=dict(os.environ, **{PARENT_PID_ENV: str(os.getpid())}), stdout=subprocess.PIPE)
+child.stdout.readline()
+print(child.pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signals are Linux's")
+@pytest.mark.parametrize("tie", [
+    "lifetime.die_with_parent_from_env()",  # how bench ties its pytest, and pytest its xdist workers
+    "lifetime.exit_when_parent_dies(os.getppid(), poll_s=0.1)",  # the trainer's evaluation pool
+])
+def test_a_child_tied_to_its_parent_dies_with_it(tie):
+    parent = subprocess.run([sys.executable, "-c", PARENT_OF_A_CHILD % ("import os; " + tie)], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=180)
+    assert parent.returncode == -signal.SIGKILL, parent.stderr
+    assert _gone_within([int(parent.stdout)], seconds=5) == []
+
+
 def test_a_closed_worker_takes_its_children_with_it():
     from pytest_cudaagent.channel import Worker
     from tests.evaluator.fault_targets import start_sleeper
