@@ -56,7 +56,9 @@ def read_json_lines(path: str | Path, check=None) -> JsonLines:
     lines = JsonLines(Path(path))
     if not lines.path.exists():
         return lines
-    for number, line in enumerate(lines.path.read_bytes().decode(errors="replace").splitlines(), start=1):
+    # Split on newlines only: str.splitlines would also cut at U+2028 and the like inside a value.
+    for number, raw in enumerate(lines.path.read_bytes().split(b"\n"), start=1):
+        line = raw.decode(errors="replace")
         if not line.strip():
             continue
         try:
