@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import torch.multiprocessing as torch_mp
 
-from .lifetime import kill_group, lead_group_and_reap_it
+from .lifetime import lead_session_and_reap_it
 
 
 class WorkerTimeout(Exception):
@@ -116,7 +116,6 @@ class Worker:
         if self.process.is_alive():
             self.process.kill()
         self.process.join(timeout=10)
-        kill_group(self.process.pid)  # its compilers and anything else it started
 
     def close(self) -> None:
         if self.process.is_alive():
@@ -131,7 +130,7 @@ class Worker:
 
 
 def _child_main(target, conn, spec: dict, parent_pid: int) -> None:
-    lead_group_and_reap_it(parent_pid)
+    lead_session_and_reap_it(parent_pid)
     target(conn, spec)
 
 

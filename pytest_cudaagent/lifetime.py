@@ -1,6 +1,6 @@
 """Processes that end with the run that started them, however it ends: each child the evaluator
 starts (pytest controller, xdist workers, worker processes) is killed by the kernel when its
-parent dies, even by SIGKILL, and a worker process takes its own children (compilers) with it.
+parent dies, even by SIGKILL, and a worker process takes everything it started (compilers) with it.
 Linux only (prctl); elsewhere these are no-ops and only orderly exits clean up."""
 
 from __future__ import annotations
@@ -69,16 +69,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def lead_group_and_reap_it(parent_pid: int) -> None:
-    """In a freshly spawned worker process: die with the parent, and lead a process group of our
-    own whose every member (compilers, whatever the worker starts) is SIGKILLed as soon as this
-    process ends for any reason. A forked watcher does the killing, since a process killed by
-    SIGKILL cleans up nothing itself."""
+def lead_session_and_reap_it(parent_pid: int) -> None:
+    """In a freshly spawned worker process: die with the parent, and lead a session of our own
+    whose every member (compilers, whatever the worker starts) is SIGKILLed as soon as this
+    process ends for any reason. A session, not a process group: ninja puts each compiler in a
+    group of its own, but no process leaves a session without setsid. A forked watcher does the
+    killing, since a process killed by SIGKILL cleans up nothing itself."""
     die_with_parent(parent_pid)
     if not sys.platform.startswith("linux"):
         return
-    os.setpgid(0, 0)
-    worker_pid = os.getpid()
+    os.setsid()
+    worker_pid = os.getpid()  # also the session's id
     if os.fork():
         return
     # The watcher: no fd of the worker kept open (the parent reads EOF on the pipe when the
@@ -91,16 +92,29 @@ def lead_group_and_reap_it(parent_pid: int) -> None:
     _set_parent_death_signal(signal.SIGTERM)
     if os.getppid() == worker_pid:
         signal.sigwait({signal.SIGTERM})
-    os.killpg(worker_pid, signal.SIGKILL)
+    _kill_session(worker_pid)
     os._exit(0)
 
 
-def kill_group(leader_pid: int) -> None:
-    """SIGKILL what is left of the process group `leader_pid` led (nothing, when it is gone)."""
-    try:
-        os.killpg(leader_pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _kill_session(session: int) -> None:
+    """SIGKILLs every other process of `session`; a few rounds, for those forked meanwhile."""
+    for _ in range(5):
+        members = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != os.getpid():
+                try:
+                    if os.getsid(int(entry)) == session:
+                        members.append(int(entry))
+                except OSError:  # gone, or not ours to ask about
+                    continue
+        if not members:
+            return
+        for pid in members:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                continue
+        time.sleep(0.01)
 
 
 def stop_on_sigterm() -> None:

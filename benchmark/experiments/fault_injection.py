@@ -35,6 +35,9 @@ MARK = "CUDAAGENT_FAULT_RUN"
 KINDS = ("kill-compiler", "sigterm-parent", "sigkill-group", "kill-xdist-worker", "kill-candidate",
          "sigkill-parent", "sigterm-group")
 COMPILERS = {"cc1plus", "c++", "g++", "gcc", "cc", "ninja", "nvcc", "cicc", "ptxas", "ld"}
+# A targeted kill is followed by a SIGTERM to the bench once it has written its next Result (the
+# killed pair's, if it gives one) or after this long, so pairs are left for the next kills.
+STOP_AFTER_TARGETED_S = 90.0
 SETTLE_S = 10.0  # how long the run's processes get to go after it ends, before they count as left
 RUN_LIMIT_S = 1800.0
 
@@ -165,7 +168,7 @@ def run_attempt(attempt: Attempt, command: list[str], env: dict, results: Path, 
                                  start_new_session=True, cwd=REPO_ROOT)
         killed_at = None
         if attempt.kind != "finish":
-            killed_at = _inject(attempt, bench, rng, expected_s, token)
+            killed_at = _inject(attempt, bench, rng, expected_s, token, results)
         try:
             bench.wait(timeout=RUN_LIMIT_S)
         except subprocess.TimeoutExpired:
@@ -183,11 +186,11 @@ def run_attempt(attempt: Attempt, command: list[str], env: dict, results: Path, 
 
 
 def _inject(attempt: Attempt, bench: subprocess.Popen, rng: random.Random, expected_s: float,
-            token: str) -> float | None:
-    """Kills what `attempt.kind` names at a random moment; returns when (monotonic), or None if
-    the run ended first."""
+            token: str, results: Path) -> float | None:
+    """Kills what `attempt.kind` names at a random moment (within `expected_s`); returns when
+    (monotonic), or None if the run ended first."""
     if attempt.kind in ("sigterm-parent", "sigkill-parent", "sigterm-group", "sigkill-group"):
-        deadline = time.monotonic() + rng.uniform(2.0, max(3.0, 0.9 * expected_s))
+        deadline = time.monotonic() + rng.uniform(2.0, max(3.0, expected_s))
         while time.monotonic() < deadline:
             if bench.poll() is not None:
                 attempt.target = "run ended before the kill"
@@ -215,10 +218,20 @@ def _inject(attempt: Attempt, bench: subprocess.Popen, rng: random.Random, expec
                 except psutil.Error:
                     continue
                 attempt.target = name
-                return time.monotonic()
+                killed_at = time.monotonic()
+                _stop_after_next_result(bench, results)
+                return killed_at
         time.sleep(0.05)
     attempt.target = "no such process ran"
     return None
+
+
+def _stop_after_next_result(bench: subprocess.Popen, results: Path) -> None:
+    written, deadline = count_results(results), time.monotonic() + STOP_AFTER_TARGETED_S
+    while bench.poll() is None and count_results(results) == written and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if bench.poll() is None:
+        bench.send_signal(signal.SIGTERM)
 
 
 def verdicts(results: Path) -> tuple[dict[str, list[str]], int]:
@@ -251,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, help="bench --workers")
     parser.add_argument("--kills", type=int, default=len(KINDS), help=f"kills in a row (default {len(KINDS)}: each kind once)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--work", help="working directory (default: a new temporary one, kept)")
+    parser.add_argument("--work", help="working directory (default: a new temporary one, kept; an "
+                        "earlier run's uninterrupted run there is reused)")
     parser.add_argument("--json", metavar="FILE", help="write every attempt and the comparison as JSON")
     parser.add_argument("--show", metavar="FILE", help="print the tables of a report written by --json; run nothing")
     parser.add_argument("--markdown", action="store_true", help="print the tables as markdown (for the README)")
@@ -283,9 +297,14 @@ def run_faults(args, console: Console) -> dict:
         runs[name] = (work / name / "out", env, token)
 
     out, env, token = runs["reference"]
-    reference = Attempt(0, "finish")
-    run_attempt(reference, bench_command(args, out), env, out / "results.jsonl", work / "reference" / "bench.log",
-                rng, 0.0, token, [out, work / "reference" / "caches"])
+    saved = work / "reference" / "attempt.json"  # a --work of an earlier run keeps its reference
+    if saved.exists():
+        reference = Attempt(**json.loads(saved.read_text()))
+    else:
+        reference = Attempt(0, "finish")
+        run_attempt(reference, bench_command(args, out), env, out / "results.jsonl",
+                    work / "reference" / "bench.log", rng, 0.0, token, [out, work / "reference" / "caches"])
+        saved.write_text(json.dumps(asdict(reference)))
     console.print(f"uninterrupted run: {reference.wall_s:.1f} s, exit {reference.exit_code}, "
                   f"{reference.results_after} result(s)", highlight=False)
 
@@ -294,7 +313,8 @@ def run_faults(args, console: Console) -> dict:
     planned = max(reference.results_after, 1)
     attempts = []
     for index, kind in enumerate([*kinds, "finish"], start=1):
-        remaining = reference.wall_s * max(planned - count_results(results), 1) / planned
+        # Kill within an even share of the work left, so that later kills find work too.
+        remaining = reference.wall_s * max(planned - count_results(results), 1) / planned / (len(kinds) - index + 2)
         attempt = Attempt(index, kind)
         run_attempt(attempt, bench_command(args, out), env, results, work / "faulted" / "bench.log",
                     rng, remaining, token, dirs)

@@ -4,7 +4,8 @@ import subprocess
 
 
 def start_sleeper(conn, spec: dict) -> None:
-    """Starts a long child, as a build starts its compiler, tells its pid and waits."""
-    sleeper = subprocess.Popen(["sleep", "300"])
+    """Starts a long child in a process group of its own, as ninja starts a compiler, tells its
+    pid and waits."""
+    sleeper = subprocess.Popen(["sleep", "300"], process_group=0)
     conn.send({"kind": "started", "sleeper": sleeper.pid})
     sleeper.wait()
