@@ -344,8 +344,13 @@ def attempt_rows(report: dict) -> list[list[str]]:
              "-" if a["moment_s"] is None else f"{a['moment_s']:.1f}", str(a["exit_code"]),
              "-" if a["stopped_after_s"] is None else f"{a['stopped_after_s']:.1f}",
              f"{a['results_before']} -> {a['results_after']}", f"{a['settled_s']:.1f}",
-             ", ".join(a["leftover"]) or "0", ", ".join(a["stale"]) or "0", f"{a['wall_s']:.1f}"]
+             ", ".join(a["leftover"]) or "0", _short(a["stale"]), f"{a['wall_s']:.1f}"]
             for a in report["attempts"]]
+
+
+def _short(paths: list[str]) -> str:
+    """`<extension>/lock` rather than the whole path under the cache."""
+    return ", ".join("/".join(Path(path).parts[-2:]) for path in paths) or "0"
 
 
 def summary_rows(report: dict) -> list[list[str]]:
