@@ -15,6 +15,7 @@ from rich.table import Table
 
 from pytest_cudaagent.config import BASELINE_MODES, EvalConfig
 from pytest_cudaagent.files import BadFileError
+from pytest_cudaagent.lifetime import stop_on_sigterm
 from pytest_cudaagent.user_paths import command_paths
 
 from .baselines import compare, geomean_ratio, time_baselines, to_json_record
@@ -117,6 +118,7 @@ def default_candidates(device: str) -> Path:
 @_handle
 def run_bench(args) -> int:
     console, shown = Console(), args.paths.shown
+    stop_on_sigterm()
     out_dir = Path(args.out)
     if args.resume and args.overwrite:
         raise UsageError("--resume and --overwrite contradict each other; pick one")

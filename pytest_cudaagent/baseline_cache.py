@@ -39,10 +39,9 @@ class BaselineCache:
 
     def get(self, key: str) -> TimingStats | None:
         try:
-            data = json.loads(self.path(key).read_text())
-        except (OSError, ValueError):
+            return TimingStats(**json.loads(self.path(key).read_text())["timing"])
+        except (OSError, ValueError, KeyError, TypeError):  # missing, or not an entry: measure again
             return None
-        return TimingStats(**data["timing"])
 
     def put(self, key: str, stats: TimingStats, problem: Path, device: str, mode: str) -> None:
         import torch

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from .config import EvalConfig
 from .evaluate import evaluate
 from .files import BadFileError
 from .gpu_pinning import pin_xdist_worker_to_gpu
+from .lifetime import die_with_parent_from_env
 from .pairing import Pair, pair_directory
 from .result import Result
 from .results_file import append_result, done_keys
@@ -105,6 +107,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config_file = _setting(config, "--cudaagent-config")
     if config_file and not Path(config_file).is_file():
         raise pytest.UsageError(f"--cudaagent-config {config_file}: no such file; write one from EvalConfig.to_dict()")
+    # A controller started by `cudaagent bench` dies with it, and xdist workers with their
+    # controller, so no evaluation runs on after the run that asked for it is gone.
+    die_with_parent_from_env()
     config.addinivalue_line("markers", "cudaagent: a candidate kernel evaluated against its problem")
 
 
@@ -138,7 +143,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if pairs:
         drop_default_tests(config, items)
     results_path = _setting(config, "--cudaagent-results")
-    skip = done_keys(results_path) if results_path and _setting(config, "--cudaagent-resume") else set()
+    skip, skipped = done_keys(results_path) if results_path and _setting(config, "--cudaagent-resume") else (set(), "")
+    if skipped:
+        warnings.warn(pytest.PytestWarning(skipped), stacklevel=2)
     for pair in pairs:
         if pair.key not in skip:
             items.append(CandidateItem.from_parent(session, name=f"cudaagent::{pair.name}", pair=pair))

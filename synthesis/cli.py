@@ -137,10 +137,11 @@ def _add_run(commands) -> None:
 def run_run(args) -> int:
     from rich.console import Console
 
+    from pytest_cudaagent.lifetime import stop_on_sigterm
     from pytest_cudaagent.user_paths import command_paths
 
     from .compose import ComposerConfig
-    from .pipeline import SynthConfig, load_or_crawl_catalogue, run_synthesis, stop_on_sigterm
+    from .pipeline import SynthConfig, load_or_crawl_catalogue, run_synthesis
     from .pool import PoolConfig
 
     shown = command_paths(args).shown

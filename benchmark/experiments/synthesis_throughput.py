@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from pytest_cudaagent.lifetime import stop_on_sigterm
 from synthesis.compose import ComposerConfig
 from synthesis.filters import FilterConfig
 from synthesis.manifest import Manifest
-from synthesis.pipeline import SynthConfig, run_synthesis, stop_on_sigterm
+from synthesis.pipeline import SynthConfig, run_synthesis
 from synthesis.pool import PoolConfig
 from synthesis.report import (
     filter_time_table,
