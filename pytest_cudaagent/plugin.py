@@ -106,7 +106,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[PATHS] = _absolute_paths(config)
     config_file = _setting(config, "--cudaagent-config")
     if config_file and not Path(config_file).is_file():
-        raise pytest.UsageError(f"--cudaagent-config {config_file}: no such file; write one from EvalConfig.to_dict()")
+        raise pytest.UsageError(config.stash[PATHS][1].shown(
+            f"--cudaagent-config {config_file}: no such file; write one from EvalConfig.to_dict()"))
     # A controller started by `cudaagent bench` dies with it, and xdist workers with their
     # controller, so no evaluation runs on after the run that asked for it is gone.
     die_with_parent_from_env()
