@@ -1,5 +1,6 @@
-"""Baseline times on disk, keyed by problem source, device, torch version, mode and timer settings,
-so a batch of candidates for one problem pays for eager and torch.compile once."""
+"""Baseline times on disk, keyed by problem source, device, torch version, mode, timer settings and
+the backend settings timed under, so a batch of candidates for one problem pays for eager and
+torch.compile once (once more per distinct backend settings candidates switch to)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,13 @@ class BaselineCache:
     def __init__(self, root: Path):
         self.root = Path(root) / "baselines"
 
-    def key(self, problem: Path, device: str, mode: str, timing: TimingConfig) -> str:
+    def key(self, problem: Path, device: str, mode: str, timing: TimingConfig, backend_settings: dict) -> str:
         import torch
 
         digest = hashlib.sha256()
         digest.update(Path(problem).read_bytes())
-        for part in (device, device_name(device), torch.__version__, mode, json.dumps(dataclasses.asdict(timing), sort_keys=True)):
+        for part in (device, device_name(device), torch.__version__, mode, json.dumps(dataclasses.asdict(timing), sort_keys=True),
+                     json.dumps(backend_settings, sort_keys=True)):
             digest.update(b"\0" + str(part).encode())
         return digest.hexdigest()[:24]
 
@@ -41,7 +43,8 @@ class BaselineCache:
             return None
         return TimingStats(**data["timing"])
 
-    def put(self, key: str, stats: TimingStats, problem: Path, device: str, mode: str) -> None:
+    def put(self, key: str, stats: TimingStats, problem: Path, device: str, mode: str,
+            backend_settings: dict | None = None) -> None:
         import torch
 
         self.root.mkdir(parents=True, exist_ok=True)
@@ -53,6 +56,7 @@ class BaselineCache:
             "torch": torch.__version__,
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "timing": dataclasses.asdict(stats),
+            "backend_settings": backend_settings,
         }
         temporary = self.path(key).with_suffix(".tmp")
         temporary.write_text(json.dumps(record, indent=1))
