@@ -45,6 +45,7 @@ class BatchSettings:
     timing: bool = True
     policy: str = "strict"
     tolerance: str = "default"
+    backend: str = "pytorch-default"  # a config.BACKEND_PRESETS name
 
 
 @dataclass
@@ -91,6 +92,7 @@ def pytest_command(manifest: Path, results_path: Path, run_dir: Path, settings: 
                 "--cudaagent-trials", str(settings.trials),
                 "--cudaagent-baselines", ",".join(settings.baselines),
                 "--cudaagent-policy", settings.policy, "--cudaagent-tolerance", settings.tolerance,
+                "--cudaagent-backend", settings.backend,
                 "-n", str(workers), "--dist", "worksteal"]
     if not settings.timing:
         command.append("--cudaagent-no-timing")

@@ -13,7 +13,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from pytest_cudaagent.config import EvalConfig
+from pytest_cudaagent.config import BACKEND_HELP, BACKEND_PRESETS, EvalConfig
 from pytest_cudaagent.files import BadFileError
 
 from .baselines import MODES, compare, geomean_ratio, time_baselines, to_json_record
@@ -149,6 +149,7 @@ def _add_bench(subparsers) -> None:
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
     parser.add_argument("--policy", choices=("strict", "permissive"), default="strict")
     parser.add_argument("--tolerance", choices=("default", "strict"), default="default")
+    parser.add_argument("--backend", choices=BACKEND_PRESETS, default="pytorch-default", help=BACKEND_HELP)
     parser.set_defaults(func=_handle(run_bench))
 
 
@@ -186,7 +187,7 @@ def run_bench(args) -> int:
         results_path.unlink()
     settings = BatchSettings(device=device, workers=args.workers, trials=args.trials,
                              baselines=_baseline_modes(args.baselines), timing=not args.no_timing,
-                             policy=args.policy, tolerance=args.tolerance)
+                             policy=args.policy, tolerance=args.tolerance, backend=args.backend)
     console.print(f"bench: {len(pairing.pairs)} pair(s) over {len(problems)} problem(s), candidates from "
                   f"{candidates}, device {device}", highlight=False)
     outcome = run_batch(pairing.pairs, results_path, settings, resume=args.resume, console=console)

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .config import EvalConfig
+from .config import BACKEND_HELP, BACKEND_PRESETS, EvalConfig
 from .evaluate import evaluate
 from .files import BadFileError
 from .result import Result
@@ -67,6 +67,7 @@ def _add_verify(subparsers) -> None:
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
     parser.add_argument("--policy", choices=("strict", "permissive"), default="strict")
     parser.add_argument("--tolerance", choices=("default", "strict"), default="default")
+    parser.add_argument("--backend", choices=BACKEND_PRESETS, default="pytorch-default", help=BACKEND_HELP)
     parser.add_argument("--audit-timed-calls", action="store_true",
                         help="run the operator audit on every timed call too (adds ~25 us per call on an H100)")
     parser.add_argument("--count-launch", action="store_true",
@@ -87,7 +88,8 @@ def run_verify(args) -> int:
         print(f"cudaagent verify: unknown baseline(s) {sorted(unknown)}; use eager, compile, max-autotune", file=sys.stderr)
         return EXIT_USAGE
     config = EvalConfig(device=args.device, trials=args.trials, timing=not args.no_timing,
-                        baselines=baselines, policy=args.policy, tolerance=args.tolerance)
+                        baselines=baselines, policy=args.policy, tolerance=args.tolerance,
+                        backend=args.backend)
     config.timing_config.audit_timed_calls = args.audit_timed_calls
     config.timing_config.overlap_launch = not args.count_launch
     try:

@@ -38,6 +38,8 @@ STRICT_TOLERANCES = {
 # KernelBench's eval use (cuDNN TF32 on, matmul TF32 off on current torch); captured in each
 # worker, never hard-coded. strict-fp32: TF32 off everywhere, the highest matmul precision.
 BACKEND_PRESETS = ("pytorch-default", "strict-fp32")
+BACKEND_HELP = ("backend settings the candidate and the baselines are timed under: pytorch-default (PyTorch's "
+                "own, as a user's eager run and KernelBench use) or strict-fp32 (TF32 off everywhere)")
 
 
 @dataclass

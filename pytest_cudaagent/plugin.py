@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .config import EvalConfig
+from .config import BACKEND_HELP, EvalConfig
 from .evaluate import evaluate
 from .files import BadFileError
 from .gpu_pinning import pin_xdist_worker_to_gpu
@@ -34,6 +34,7 @@ _OPTIONS = [
     ("--cudaagent-no-timing", "cudaagent_no_timing", False, "check correctness only"),
     ("--cudaagent-policy", "cudaagent_policy", "strict", "anti-hacking policy: strict (the paper's rules) or permissive (KernelBench's)"),
     ("--cudaagent-tolerance", "cudaagent_tolerance", "default", "tolerance preset: default (atol=rtol=1e-2 for fp32) or strict"),
+    ("--cudaagent-backend", "cudaagent_backend", "pytorch-default", BACKEND_HELP),
 ]
 _FLAGS = {"--cudaagent-resume", "--cudaagent-no-timing"}
 RESULT_PROPERTY = "cudaagent_result"
@@ -67,6 +68,7 @@ def config_from_pytest(config: pytest.Config) -> EvalConfig:
         baselines=tuple(name.strip() for name in baselines.split(",") if name.strip()),
         policy=_setting(config, "--cudaagent-policy"),
         tolerance=_setting(config, "--cudaagent-tolerance"),
+        backend=_setting(config, "--cudaagent-backend"),
     )
 
 
