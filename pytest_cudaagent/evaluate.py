@@ -215,7 +215,7 @@ class Evaluation:
         changed = diff(BackendSettings(settings["configured"]), BackendSettings(timed_under))
         if changed:
             self._add_warnings([Violation("backend_settings_changed", "; ".join(changed)
-                                          + " (the baselines were timed under the same settings)")])
+                                          + "; the baselines are timed under them too")])
 
     def _time_baselines(self, worker: Worker) -> None:
         """Each baseline under the settings the candidate was timed under (cached by them,
@@ -228,9 +228,9 @@ class Evaluation:
         def measure(mode: str) -> TimingStats:
             reply = worker.request(("baseline", mode, indices, settings), self.config.run_timeout_s)
             if reply["backend_settings"] != settings:
+                unreached = diff(BackendSettings(settings), BackendSettings(reply["backend_settings"]))
                 self._add_warnings([Violation("backend_settings_changed", f"the {mode} baseline could not be timed "
-                                              "under the candidate's settings (legacy and new TF32 APIs mixed): "
-                                              + "; ".join(diff(BackendSettings(settings), BackendSettings(reply["backend_settings"]))))])
+                                              f"under the candidate's settings: {'; '.join(unreached)}")])
             return TimingStats.from_samples(reply["samples_ms"], reply["device_ms"], reply.get("launch_overlapped"))
 
         for mode in self.config.baselines:
