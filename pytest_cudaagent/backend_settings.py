@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from dataclasses import dataclass
 
 from .config import BACKEND_PRESETS
@@ -130,6 +131,11 @@ def apply(settings: BackendSettings) -> list[str]:
             _set(name, wanted[name])
     deterministic = (wanted["deterministic_algorithms"], wanted["deterministic_warn_only"])
     if deterministic != (current.get("deterministic_algorithms"), current.get("deterministic_warn_only")):
+        if deterministic[0]:
+            # Deterministic algorithms refuse cuBLAS without it; a candidate that turned them on
+            # set it in its own process, and the baselines copying its settings need it too
+            # (PyTorch's documented value).
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
     return diff(settings, capture())
 
