@@ -4,6 +4,7 @@ unstable baselines are re-measured and flagged. All of these knobs can be set on
 torch (they change nothing there), so the mechanism is tested on the CPU."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -33,8 +34,9 @@ SMALL_LEAKY = TEST_PROBLEMS / "small_leaky_relu.py"
 
 
 @pytest.fixture
-def defaults():
+def defaults(monkeypatch):
     """This process's settings, put back after the test (the tests below change them)."""
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)  # restored after the test
     before = capture()
     yield before
     apply(before)
@@ -56,6 +58,7 @@ def test_apply_sets_what_differs_and_diff_names_it(defaults):
     assert apply(wanted) == []
     assert torch.backends.cudnn.benchmark is wanted.values["cudnn.benchmark"]
     assert torch.are_deterministic_algorithms_enabled()
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"]  # cuBLAS refuses deterministic mode without it
     assert diff(defaults, capture()) == [
         f"cudnn.benchmark: {defaults.values['cudnn.benchmark']} -> {wanted.values['cudnn.benchmark']}",
         "deterministic_algorithms: False -> True"]
