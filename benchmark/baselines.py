@@ -66,14 +66,14 @@ def time_problem(problem: Problem, modes: tuple[str, ...], config: EvalConfig, d
     cache = BaselineCache(config.cache_dir)
     found = ProblemBaselines(problem, {})
     try:
-        worker.request(("prepare", sets), config.run_timeout_s)
+        configured = worker.request(("prepare", sets), config.run_timeout_s)["backend_settings"]
         for mode in modes:
-            reply = worker.request(("baseline", mode, list(range(sets))), config.run_timeout_s)
+            reply = worker.request(("baseline", mode, list(range(sets)), configured), config.run_timeout_s)
             found.stats[mode] = BaselineStats.from_samples(reply["samples_ms"], hardware, device)
-            key = cache.key(problem.path, device, mode, config.timing_config, config.convention)
+            key = cache.key(problem.path, device, mode, config.timing_config, config.convention, configured)
             with cache.lock(key):
                 cache.put(key, TimingStats.from_samples(reply["samples_ms"], reply["device_ms"]),
-                          problem.path, device, mode)
+                          problem.path, device, mode, configured)
     except (WorkerFailure, WorkerTimeout, WorkerDied) as failure:
         found.error = f"{failure}".strip().splitlines()[-1] if str(failure).strip() else type(failure).__name__
     finally:

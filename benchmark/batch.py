@@ -52,6 +52,7 @@ class BatchSettings:
     config_file: Path | None = None
     # The GPUs the workers are pinned over, round robin (CUDA_VISIBLE_DEVICES of the run); None: all.
     gpus: tuple[str, ...] | None = None
+    backend: str = "pytorch-default"  # a config.BACKEND_PRESETS name
 
 
 @dataclass
@@ -99,6 +100,7 @@ def pytest_command(manifest: Path, results_path: Path, run_dir: Path, settings: 
                 "--cudaagent-baselines", ",".join(settings.baselines),
                 "--cudaagent-policy", settings.policy, "--cudaagent-tolerance", settings.tolerance,
                 "--cudaagent-convention", settings.convention,
+                "--cudaagent-backend", settings.backend,
                 "-n", str(workers), "--dist", "worksteal"]
     if not settings.timing:
         command.append("--cudaagent-no-timing")

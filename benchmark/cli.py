@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import argparse
 
-from pytest_cudaagent.config import BASELINE_MODES, CONVENTIONS, TOLERANCE_PRESETS
+from pytest_cudaagent.config import (
+    BACKEND_HELP,
+    BACKEND_PRESETS,
+    BASELINE_MODES,
+    CONVENTIONS,
+    TOLERANCE_PRESETS,
+)
 
 # Arguments that name files or folders: made absolute against the caller's directory before the
 # command runs (pytest_cudaagent.user_paths).
@@ -68,6 +74,7 @@ def register_bench(subparsers) -> None:
     parser.add_argument("--tolerance", choices=sorted(TOLERANCE_PRESETS), default="default")
     parser.add_argument("--convention", choices=CONVENTIONS, default="kernelbench",
                         help="kernelbench (default) or cuda-agent: whose idea of correct (README, Conventions)")
+    parser.add_argument("--backend", choices=BACKEND_PRESETS, default="pytorch-default", help=BACKEND_HELP)
     parser.set_defaults(func=_handler("run_bench"), path_args=(*PROBLEM_PATHS, "candidates", "out"))
 
 

@@ -15,7 +15,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .config import BASELINE_MODES, CONVENTIONS, TOLERANCE_PRESETS, EvalConfig
+from .config import (
+    BACKEND_HELP,
+    BACKEND_PRESETS,
+    BASELINE_MODES,
+    CONVENTIONS,
+    TOLERANCE_PRESETS,
+    EvalConfig,
+)
 from .evaluate import evaluate
 from .files import BadFileError
 from .result import Result
@@ -83,6 +90,7 @@ def register(subparsers) -> None:
     parser.add_argument("--convention", choices=CONVENTIONS, default="kernelbench",
                         help="kernelbench (default): both models as constructed, built after the same seed; "
                              "cuda-agent: eval mode, strict state_dict load (README, Conventions)")
+    parser.add_argument("--backend", choices=BACKEND_PRESETS, default="pytorch-default", help=BACKEND_HELP)
     parser.add_argument("--audit-timed-calls", action="store_true",
                         help="run the operator audit on every timed call too (adds ~25 us per call on an H100)")
     parser.add_argument("--count-launch", action="store_true",
@@ -105,7 +113,7 @@ def run_verify(args) -> int:
         return EXIT_USAGE
     config = EvalConfig(device=args.device, trials=args.trials, timing=not args.no_timing,
                         baselines=baselines, policy=args.policy, tolerance=args.tolerance,
-                        convention=args.convention)
+                        convention=args.convention, backend=args.backend)
     config.timing_config.audit_timed_calls = args.audit_timed_calls
     config.timing_config.overlap_launch = not args.count_launch
     try:

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import torch
 
+from .backend_settings import BackendSettings, diff
 from .baseline_cache import BaselineCache
+from .baseline_spread import steadiest, unstable_warning
 from .channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
 from .compare import as_output_list, compare_outputs, same_values, scaled
 from .config import EvalConfig
@@ -67,6 +69,7 @@ class Evaluation:
             reference = self._phase("reference", lambda: reference_worker.request(
                 ("prepare", self._set_count()), self.config.run_timeout_s), worker=reference_worker,
                 problem_side=True)
+            result.backend_settings = {"configured": reference["backend_settings"]}
             self._phase("build", lambda: candidate_worker.receive(self.config.build_timeout_s))
             constructed = self._phase("construct", lambda: candidate_worker.request(
                 ("construct", reference["init_inputs"], reference["state_dict"], reference["seed"]),
@@ -209,6 +212,7 @@ class Evaluation:
                                 [_for_candidate(s) for s in audited_sets]), self.config.run_timeout_s)
         self._add_violations(reply["findings"])
         self._note_precision(reply["precision"])
+        self._note_backend_settings(reply["backend_settings"])
         self._check_timed_outputs("timed", timed_sets, reply["timed_outputs"])
         self._check_timed_outputs("audited", audited_sets, reply["audited_outputs"])
         stats = TimingStats.from_samples(reply["samples_ms"], warm["device_ms"], warm["launch_overlapped"])
@@ -256,18 +260,43 @@ class Evaluation:
         if self.policy.require_own_kernel and reply["kernel_names"] and not own_ran:
             self._add_violations([Violation("no_custom_kernel", "no kernel of the candidate's own ran in forward")])
 
+    def _note_backend_settings(self, timed_under: dict) -> None:
+        """The settings the candidate was timed under, which the baselines are timed under too;
+        any it changed from the run's are named."""
+        settings = self.result.backend_settings
+        settings["candidate"] = timed_under
+        changed = diff(BackendSettings(settings["configured"]), BackendSettings(timed_under))
+        if changed:
+            self._add_warnings([Violation("backend_settings_changed", "; ".join(changed)
+                                          + "; the baselines are timed under them too")])
+
     def _time_baselines(self, worker: Worker) -> None:
+        """Each baseline under the settings the candidate was timed under (cached by them,
+        measured on first need), re-measured while its spread is too wide to divide by."""
         cache = BaselineCache(self.config.cache_dir)
+        timing = self.config.timing_config
         indices = list(range(self.config.trials, self._set_count()))
+        settings = self.result.backend_settings["candidate"]
+
+        def measure(mode: str) -> TimingStats:
+            reply = worker.request(("baseline", mode, indices, settings), self.config.run_timeout_s)
+            if reply["backend_settings"] != settings:
+                unreached = diff(BackendSettings(settings), BackendSettings(reply["backend_settings"]))
+                self._add_warnings([Violation("backend_settings_changed", f"the {mode} baseline could not be timed "
+                                              f"under the candidate's settings: {'; '.join(unreached)}")])
+            return TimingStats.from_samples(reply["samples_ms"], reply["device_ms"], reply.get("launch_overlapped"))
+
         for mode in self.config.baselines:
-            key = cache.key(self.problem, self.device, mode, self.config.timing_config, self.config.convention)
+            key = cache.key(self.problem, self.device, mode, timing, self.config.convention, settings)
             with cache.lock(key):
                 stats = cache.get(key)
                 if stats is None:
-                    reply = worker.request(("baseline", mode, indices), self.config.run_timeout_s)
-                    stats = TimingStats.from_samples(reply["samples_ms"], reply["device_ms"], reply.get("launch_overlapped"))
-                    cache.put(key, stats, self.problem, self.device, mode)
+                    stats = steadiest(lambda mode=mode: measure(mode), timing)
+                    cache.put(key, stats, self.problem, self.device, mode, settings)
             self.result.timing[mode] = stats
+            warning = unstable_warning(mode, stats, timing)
+            if warning:
+                self._add_warnings([warning])
 
     # -- verdict --------------------------------------------------------------------------------
 

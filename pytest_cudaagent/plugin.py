@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .config import EvalConfig
+from .config import BACKEND_HELP, EvalConfig
 from .evaluate import evaluate
 from .files import BadFileError
 from .gpu_pinning import pin_xdist_worker_to_gpu
@@ -40,6 +40,7 @@ _OPTIONS = [
     ("--cudaagent-tolerance", "cudaagent_tolerance", "default", "tolerance preset: default (atol=rtol=1e-2 for fp32), kernelbench-main (1e-4) or strict"),
     ("--cudaagent-convention", "cudaagent_convention", "kernelbench", "whose correctness convention: kernelbench (models as constructed, same seed) or cuda-agent (eval mode, strict state_dict load)"),
     ("--cudaagent-config", "cudaagent_config", None, "an EvalConfig as JSON (EvalConfig.to_dict) for the settings without an option of their own: timeouts, timing budgets, reward thresholds, cache dir; the options above still decide theirs"),
+    ("--cudaagent-backend", "cudaagent_backend", "pytorch-default", BACKEND_HELP),
 ]
 _FLAGS = {"--cudaagent-resume", "--cudaagent-no-timing"}
 _PATHS = ("--cudaagent-problem", "--cudaagent-candidate", "--cudaagent-problems", "--cudaagent-candidates",
@@ -97,6 +98,7 @@ def config_from_pytest(config: pytest.Config) -> EvalConfig:
         policy=_setting(config, "--cudaagent-policy"),
         tolerance=_setting(config, "--cudaagent-tolerance"),
         convention=_setting(config, "--cudaagent-convention"),
+        backend=_setting(config, "--cudaagent-backend"),
     )
 
 

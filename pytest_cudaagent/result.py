@@ -72,6 +72,9 @@ class Result:
     log: str = ""  # tail of the child's stdout/stderr, for build errors and crashes
     kernels: list[str] = field(default_factory=list)  # GPU kernels seen in the profiled calls
     precision: list[str] = field(default_factory=list)  # lower-precision signs seen (tf32, fp16)
+    # {"configured": the run's preset, "candidate": in force when the candidate was timed, which
+    # the baselines were timed under too}: knob name -> value (backend_settings.py).
+    backend_settings: dict[str, dict] = field(default_factory=dict)
     env: dict[str, Any] = field(default_factory=dict)
     phase_seconds: dict[str, float] = field(default_factory=dict)  # build, correctness, timing...
     device: str = "cpu"

@@ -62,15 +62,22 @@ def _to_cpu(values):
     return [v.detach().to("cpu", copy=True) if type(v) is torch.Tensor else v for v in values]
 
 
-def tf32_switches() -> set[str]:
-    import torch
+def tf32_switches(configured) -> set[str]:
+    """TF32 (or bf16) switched on beyond the run's settings `configured` (backend_settings)."""
+    from .backend_settings import capture, lower_precision_signs
 
-    signs = set()
-    if torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest":
-        signs.add("TF32 enabled for matmuls (torch.backends.cuda.matmul)")
-    if torch.backends.cudnn.allow_tf32:
-        signs.add("TF32 enabled for convolutions (torch.backends.cudnn)")
-    return signs
+    return set(lower_precision_signs(configured, capture()))
+
+
+def configured_settings(config):
+    """The run's backend settings, from this (fresh) process's PyTorch defaults, applied."""
+    from .backend_settings import apply, capture, for_preset
+
+    configured = for_preset(config.backend, capture())
+    unreached = apply(configured)
+    if unreached:
+        raise RuntimeError(f"backend preset {config.backend} could not be applied: {'; '.join(unreached)}")
+    return configured
 
 
 def _seed_all(seed: int) -> None:
@@ -90,6 +97,7 @@ def reference_main(conn, spec: dict) -> None:
     setup_worker(spec)
     import torch
 
+    from .backend_settings import BackendSettings, applied, apply, capture, reference_settings
     from .compare import compare_outputs
     from .config import EvalConfig
     from .conventions import get_convention, training_mode_hint
@@ -100,9 +108,10 @@ def reference_main(conn, spec: dict) -> None:
     config = EvalConfig.from_dict(spec["config"])
     convention = get_convention(config.convention)
     device = spec["device"]
-    # The reference is the truth: full fp32, no TF32 shortcuts.
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    configured = configured_settings(config)
+    # The reference is the truth: its expected outputs at full fp32, no TF32 shortcuts, whatever
+    # the run's settings; only the baselines are timed under those (or the candidate's).
+    apply(reference_settings(configured))
     try:
         problem = import_file(spec["problem"], "cudaagent_reference_problem")
     except BaseException as error:
@@ -147,7 +156,7 @@ def reference_main(conn, spec: dict) -> None:
         state["model"] = model.eval() if convention.eval_mode else model
         state["sets"] = draw_sets(set_count)
         return {"init_inputs": _to_cpu(init_inputs), "state_dict": state_dict, "seed": construction_seed,
-                "sets": state["sets"]}
+                "sets": state["sets"], "backend_settings": configured.to_dict()}
 
     def fresh_sets(count: int) -> dict:
         """Input sets no call has seen, with the reference's outputs: one per timed call."""
@@ -160,7 +169,7 @@ def reference_main(conn, spec: dict) -> None:
         check = compare_outputs(index, trial_set["outputs"], again, config.tolerances())
         return {"deterministic": check.correct, "detail": check.error}
 
-    def baseline(mode: str, set_indices: list[int]) -> dict:
+    def baseline(mode: str, set_indices: list[int], settings: dict) -> dict:
         model = state["model"]
         if mode == "eager":
             fn = model
@@ -169,10 +178,12 @@ def reference_main(conn, spec: dict) -> None:
             fn = torch.compile(model, mode=compile_mode)
         content_sets = [_to_device(state["sets"][i]["inputs"], device) for i in set_indices]
         timer = Timer(Clock(device), config.timing_config)
-        with torch.no_grad(), device_lock(device):
+        # torch.compile reads the settings when it compiles, inside the first timed-loop call.
+        with applied(BackendSettings.from_dict(settings)), torch.no_grad(), device_lock(device):
+            timed_under = capture().to_dict()
             measurement = timer.measure(fn, content_sets)
         return {"samples_ms": measurement.samples_ms, "device_ms": measurement.device_ms,
-                "launch_overlapped": measurement.launch_overlapped}
+                "launch_overlapped": measurement.launch_overlapped, "backend_settings": timed_under}
 
     serve_requests(conn, {"prepare": prepare, "fresh_sets": fresh_sets, "repeats_itself": repeats_itself,
                           "baseline": baseline})
@@ -188,6 +199,7 @@ def candidate_main(conn, spec: dict) -> None:
     import numpy  # noqa: F401  (loaded now, not lazily inside a guarded forward)
     import torch
 
+    from .backend_settings import allows_tf32, capture
     from .config import EvalConfig
     from .conventions import get_convention, load_reference_weights
     from .files import Candidate, build_workspace_extension, import_file
@@ -202,9 +214,9 @@ def candidate_main(conn, spec: dict) -> None:
     config = EvalConfig.from_dict(spec["config"])
     convention = get_convention(config.convention)
     device = spec["device"]
-    # Full fp32 until the candidate says otherwise; a candidate that turns TF32 on is reported.
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    # The run's settings until the candidate says otherwise; what it turns on beyond them is
+    # reported, and the baselines are timed under what it left in force.
+    configured = configured_settings(config)
     described = spec["candidate"]
     candidate = Candidate(Path(described["path"]), Path(described["model_file"]), described["workspace"])
     guard = ForwardGuard(get_policy(config.policy), device)
@@ -252,7 +264,7 @@ def candidate_main(conn, spec: dict) -> None:
             "inputs_after": _to_cpu(device_inputs),
             "findings": guard.findings.drain(),
             "reused": reused,
-            "precision": sorted(guard.findings.precision | tf32_switches()),
+            "precision": sorted(guard.findings.precision | tf32_switches(configured)),
         }
 
     def warm(content_sets: list) -> dict:
@@ -272,8 +284,9 @@ def candidate_main(conn, spec: dict) -> None:
             "own_kernel_names": own_kernel_names(candidate, sys.modules),
             "launch_overlapped": state["overlap"],
             "findings": guard.findings.drain() + timer.persistence.drain(),
-            "precision": sorted(guard.findings.precision | precision_flags(profiled.kernel_names if profiled else [])
-                                | tf32_switches()),
+            "precision": sorted(guard.findings.precision | tf32_switches(configured)
+                                | precision_flags(profiled.kernel_names if profiled else [],
+                                                  tf32_allowed=allows_tf32(configured))),
         }
 
     def time_candidate(timed_sets: list[dict], audited_sets: list[dict]) -> dict:
@@ -321,7 +334,8 @@ def candidate_main(conn, spec: dict) -> None:
             "audited_operators": (guard.findings.operators_seen - operators_before) / audited_count,
             "audited_python_calls": (guard.findings.python_calls_seen - calls_before) / audited_count,
             "findings": guard.findings.drain() + timer.persistence.drain() + violations,
-            "precision": sorted(guard.findings.precision | tf32_switches()),
+            "precision": sorted(guard.findings.precision | tf32_switches(configured)),
+            "backend_settings": capture().to_dict(),  # in force when it was timed
         }
 
     serve_requests(conn, {"construct": construct, "forward": forward, "warm": warm, "time": time_candidate})

@@ -22,11 +22,11 @@ def test_default_workers_leave_builds_room_beside_each_gpu_timing():
 
 def test_pytest_command_carries_the_settings(tmp_path, monkeypatch):
     settings = BatchSettings(device="cpu", trials=3, baselines=("eager", "max-autotune"), timing=False,
-                             policy="permissive", tolerance="strict")
+                             policy="permissive", tolerance="strict", backend="strict-fp32")
     command = pytest_command(tmp_path / "pairs.json", tmp_path / "r.jsonl", tmp_path, settings, "cpu", 4)
     text = " ".join(command)
     for part in ("-n 4", "--cudaagent-trials 3", "--cudaagent-baselines eager,max-autotune",
-                 "--cudaagent-policy permissive", "--cudaagent-tolerance strict", "--cudaagent-no-timing",
+                 "--cudaagent-policy permissive", "--cudaagent-tolerance strict", "--cudaagent-no-timing", "--cudaagent-backend strict-fp32",
                  "-p benchmark.pairs_plugin", f"--bench-pairs {tmp_path / 'pairs.json'}"):
         assert part in text
     assert "--cudaagent-config" not in text

@@ -58,11 +58,13 @@ def test_fixture_verifies_from_a_hand_written_test(pytester):
 
 
 def test_options_have_ini_twins(pytester):
-    pytester.makeini("[pytest]\ncudaagent_device = cpu\ncudaagent_no_timing = true\ncudaagent_trials = 1\n")
+    pytester.makeini("[pytest]\ncudaagent_device = cpu\ncudaagent_no_timing = true\ncudaagent_trials = 1\n"
+                     "cudaagent_backend = strict-fp32\n")
     pytester.makepyfile("""
         def test_ini(cudaagent):
             assert cudaagent.config.device == "cpu"
             assert cudaagent.config.trials == 1 and not cudaagent.config.timing
+            assert cudaagent.config.backend == "strict-fp32"
     """)
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
