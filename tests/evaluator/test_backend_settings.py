@@ -112,7 +112,7 @@ def test_tf32_kernel_names_are_lower_precision_only_where_the_settings_forbid_tf
 def test_the_baseline_cache_key_includes_the_settings(defaults):
     cache = BaselineCache(TEST_PROBLEMS)
     benchmark_on = {**defaults.values, "cudnn.benchmark": True}
-    keys = {cache.key(SMALL_LEAKY, "cpu", "eager", TimingConfig(), settings) for settings in (defaults.values, benchmark_on)}
+    keys = {cache.key(SMALL_LEAKY, "cpu", "eager", TimingConfig(), "kernelbench", settings) for settings in (defaults.values, benchmark_on)}
     assert len(keys) == 2
 
 
