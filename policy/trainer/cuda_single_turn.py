@@ -34,6 +34,8 @@ class CudaSingleTurnEnvironment:
     device: str = "cuda"
     # EvalConfig fields for scoring (e.g. {"trials": 5, "baselines": ["eager", "compile"]}).
     eval_options: dict = field(default_factory=dict)
+    # Whose "correct" the reward follows: "kernelbench" or "cuda-agent" (as AgentLoopEnvironment).
+    convention: str = "kernelbench"
     max_turns: int = 1
 
     def __post_init__(self):
@@ -65,7 +67,7 @@ class CudaSingleTurnEnvironment:
         if code is None:
             return FAILED_REWARD
         # The scoring pool pins each worker to one GPU, which it sees as "cuda".
-        config = evaluator_config(device if self.device == "cuda" else "cpu", self.eval_options)
+        config = evaluator_config(device if self.device == "cuda" else "cpu", self.eval_options, self.convention)
         with tempfile.TemporaryDirectory(prefix="cudaagent-candidate-") as directory:
             candidate = Path(directory) / "candidate.py"
             candidate.write_text(code)

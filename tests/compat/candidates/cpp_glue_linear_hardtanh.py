@@ -1,6 +1,5 @@
 """The matrix product stays PyTorch's (glue); one C++ kernel fuses hardtanh and the scale."""
 
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.cpp_extension import load_inline

@@ -1,6 +1,5 @@
 """LeakyReLU, scale and residual add in one C++ pass."""
 
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

@@ -1,7 +1,6 @@
 """A C++ matrix product over a weight transposed once in __init__ (rows of the transposed
 weight are read contiguously in the inner loop)."""
 
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

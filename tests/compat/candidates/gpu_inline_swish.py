@@ -1,6 +1,5 @@
 """Swish in one CUDA kernel, built with load_inline."""
 
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

@@ -1,0 +1,1 @@
+"""Lab-notebook scripts: each measures one thing and prints a table (run with python -m)."""
