@@ -26,6 +26,14 @@ DEFAULT_TOLERANCES = {
     "float16": Tolerance(1e-2, 1e-2),
     "bfloat16": Tolerance(2e-2, 2e-2),
 }
+# KernelBench's main branch (get_tolerance_for_precision, after torchbench): fp32 at 1e-4, the
+# half types at 1e-2; its v0.1 release, which published results used, is DEFAULT_TOLERANCES.
+KERNELBENCH_MAIN_TOLERANCES = {
+    "float64": Tolerance(1e-4, 1e-4),
+    "float32": Tolerance(1e-4, 1e-4),
+    "float16": Tolerance(1e-2, 1e-2),
+    "bfloat16": Tolerance(1e-2, 1e-2),
+}
 # `--tolerance strict`: what honest fp32 arithmetic reaches (reordered sums stay far below 1e-4).
 STRICT_TOLERANCES = {
     "float64": Tolerance(1e-7, 1e-7),
@@ -33,6 +41,14 @@ STRICT_TOLERANCES = {
     "float16": Tolerance(1e-3, 1e-3),
     "bfloat16": Tolerance(8e-3, 8e-3),
 }
+TOLERANCE_PRESETS = {
+    "default": DEFAULT_TOLERANCES,  # KernelBench v0.1 and the paper
+    "kernelbench-main": KERNELBENCH_MAIN_TOLERANCES,
+    "strict": STRICT_TOLERANCES,
+}
+# Whose idea of "correct" a verdict follows (README, "Conventions"): KernelBench's eval, or the
+# CUDA-Agent paper's workspace (utils/verification.py).
+CONVENTIONS = ("kernelbench", "cuda-agent")
 
 
 @dataclass
@@ -43,9 +59,14 @@ class TimingConfig:
     repeat_ms: float = 100.0
     min_samples: int = 10
     max_samples: int = 1000
-    # Several fresh input sets, rotated call by call, so memoising by pointer or by call count
-    # shows up as wrong outputs, and a small input cannot live in L2 across calls.
+    # Input buffers the calls rotate through, so a small input cannot live in L2 across calls.
+    # Baselines rotate this many content sets; a candidate's timed calls each get content never
+    # seen before (memoising by pointer, call count or content then gives wrong outputs), and its
+    # warm-up and audited check round use this many sets each.
     rotating_inputs: int = 3
+    # Host memory the fresh input sets (and the reference's outputs for them) of one timing may
+    # take; past it fewer timed calls are made (never fewer than min_samples).
+    fresh_inputs_bytes: int = 1 << 30
     # Bytes written between timed calls to evict L2 (H100: 50 MB; 256 MB covers any current part).
     l2_flush_bytes: int = 256 * 1024 * 1024
     # Audit every timed call too. Off by default: the dispatch audit adds ~25 us per call on an
@@ -67,6 +88,23 @@ class TimingConfig:
     device_time: bool = True
     device_time_calls: int = 10
     device_time_warmup_ms: float = 20.0  # calls before the profiled ones, so clocks are up
+    # timing_inconsistent (GPU): bare calls cannot finish before the kernels they launch are done,
+    # so a bare median below this fraction of the profiled calls' busy time (the union of their
+    # kernel intervals) means another code path ran unwatched. The margin covers what moves
+    # between the two: device time spread 0.3-0.6% and clock boost (README, "Measured").
+    inconsistent_busy_fraction: float = 0.8
+    # timing_inconsistent (CPU, no profiler): a bare median below this fraction of the watched
+    # calls' time, less the most the watch itself can cost, means the same. The watch's cost is
+    # bounded per audited operator and per Python call the host-library hook sees; both bounds
+    # are several times what benchmark/experiments/guard_overhead.py measures, so honest code
+    # with many small operators is never flagged.
+    cpu_inconsistent_fraction: float = 0.5
+    cpu_audit_ms_per_op: float = 0.1
+    cpu_audit_ms_per_call: float = 0.02
+    # A timed call's output outside tolerance but within this factor of it, in at most this
+    # fraction of its elements, is a numerical difference (reported), not proof of skipped work.
+    numerical_tolerance_factor: float = 10.0
+    numerical_max_fraction: float = 1e-3
 
 
 @dataclass
@@ -80,7 +118,8 @@ class RewardConfig:
 class EvalConfig:
     device: str = "auto"  # "cuda", "cpu" or "auto" (cuda when a GPU is visible)
     trials: int = 5  # the paper's five fresh-input correctness checks
-    tolerance: str = "default"  # "default" or "strict" (tables above)
+    tolerance: str = "default"  # a TOLERANCE_PRESETS name: default, kernelbench-main, strict
+    convention: str = "kernelbench"  # a CONVENTIONS name: how models are built, run and loaded
     timing: bool = True
     baselines: tuple[str, ...] = ("eager", "compile")  # any of eager, compile, max-autotune
     timing_config: TimingConfig = field(default_factory=TimingConfig)
@@ -95,12 +134,14 @@ class EvalConfig:
     plausible_speedup: float = 50.0
     cache_dir: Path = field(default_factory=default_cache_dir)
 
+    def __post_init__(self) -> None:
+        if self.tolerance not in TOLERANCE_PRESETS:
+            raise ValueError(f"unknown tolerance preset {self.tolerance!r}; use one of {sorted(TOLERANCE_PRESETS)}")
+        if self.convention not in CONVENTIONS:
+            raise ValueError(f"unknown convention {self.convention!r}; use one of {list(CONVENTIONS)}")
+
     def tolerances(self) -> dict[str, Tolerance]:
-        if self.tolerance == "strict":
-            return STRICT_TOLERANCES
-        if self.tolerance == "default":
-            return DEFAULT_TOLERANCES
-        raise ValueError(f"unknown tolerance preset {self.tolerance!r}; use 'default' or 'strict'")
+        return TOLERANCE_PRESETS[self.tolerance]
 
     def resolved_device(self) -> str:
         return resolve_device(self.device)
