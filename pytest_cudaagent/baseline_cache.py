@@ -19,12 +19,15 @@ class BaselineCache:
     def __init__(self, root: Path):
         self.root = Path(root) / "baselines"
 
-    def key(self, problem: Path, device: str, mode: str, timing: TimingConfig) -> str:
+    def key(self, problem: Path, device: str, mode: str, timing: TimingConfig, convention: str) -> str:
+        """The convention is part of the key: training mode (BatchNorm on batch statistics,
+        Dropout) and eval mode time differently."""
         import torch
 
         digest = hashlib.sha256()
         digest.update(Path(problem).read_bytes())
-        for part in (device, device_name(device), torch.__version__, mode, json.dumps(dataclasses.asdict(timing), sort_keys=True)):
+        for part in (device, device_name(device), torch.__version__, mode, convention,
+                     json.dumps(dataclasses.asdict(timing), sort_keys=True)):
             digest.update(b"\0" + str(part).encode())
         return digest.hexdigest()[:24]
 
@@ -36,10 +39,9 @@ class BaselineCache:
 
     def get(self, key: str) -> TimingStats | None:
         try:
-            data = json.loads(self.path(key).read_text())
-        except (OSError, ValueError):
+            return TimingStats(**json.loads(self.path(key).read_text())["timing"])
+        except (OSError, ValueError, KeyError, TypeError):  # missing, or not an entry: measure again
             return None
-        return TimingStats(**data["timing"])
 
     def put(self, key: str, stats: TimingStats, problem: Path, device: str, mode: str) -> None:
         import torch

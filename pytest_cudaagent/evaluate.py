@@ -220,27 +220,15 @@ class Evaluation:
             self._check_watched_time(stats.median_ms, reply)
 
     def _check_timed_outputs(self, label: str, fresh_sets: list[dict], outputs: list[list]) -> None:
-        """Every checked call is judged on the values it produced. Wrong beyond a numerical
-        difference: work skipped, cached or changed when timed (a violation); a few elements
-        just outside tolerance: a numerical difference, reported as such."""
-        tolerances = self.config.tolerances()
-        timing = self.config.timing_config
+        """Every checked call is judged on the values it produced (copied right after it)."""
         for index, (fresh, output) in enumerate(zip(fresh_sets, outputs, strict=True)):
-            check = compare_outputs(index, fresh["outputs"], as_output_list(output), tolerances)
-            if check.correct:
-                continue
-            loose = compare_outputs(index, fresh["outputs"], as_output_list(output),
-                                    scaled(tolerances, timing.numerical_tolerance_factor))
-            few = check.numel and check.mismatches <= max(1, timing.numerical_max_fraction * check.numel)
-            if loose.correct and few:
-                self._add_warnings([Violation("numerical_difference", f"a {label} call: {check.error}; within "
-                                              f"{timing.numerical_tolerance_factor:g}x the tolerance, a numerical "
-                                              "difference, not skipped work")])
-                continue
-            self._add_violations([Violation(
-                "timed_output", f"{label} call {index} of {len(fresh_sets)} returned a wrong result ({check.error}): "
-                "work skipped, cached or changed when timed")])
-            return
+            verdict = judge_checked_call(f"{label} call {index} of {len(fresh_sets)}", fresh["outputs"],
+                                         as_output_list(output), self.config.tolerances(), self.config.timing_config)
+            if verdict is not None and verdict.rule == "numerical_difference":
+                self._add_warnings([verdict])
+            elif verdict is not None:
+                self._add_violations([verdict])
+                return
 
     def _check_busy_time(self, bare_median_ms: float, busy_ms: float | None) -> None:
         """GPU: bare timed calls cannot finish before their kernels have run. The bound is the
@@ -255,18 +243,10 @@ class Evaluation:
     def _check_watched_time(self, bare_median_ms: float, reply: dict) -> None:
         """CPU (no profiler): bare calls against the audited calls' time, less the most the watch
         can cost for the operators and Python calls it saw in them."""
-        timing = self.config.timing_config
-        if not reply["audited_ms"]:
-            return
-        watched_ms = statistics.median(reply["audited_ms"])
-        watch_cost_ms = (reply["audited_operators"] * timing.cpu_audit_ms_per_op
-                         + reply["audited_python_calls"] * timing.cpu_audit_ms_per_call)
-        unwatched_work_ms = watched_ms - watch_cost_ms
-        if unwatched_work_ms > 0 and bare_median_ms < timing.cpu_inconsistent_fraction * unwatched_work_ms:
-            self._add_violations([Violation(
-                "timing_inconsistent", f"timed calls took {bare_median_ms:.4f} ms; watched calls took "
-                f"{watched_ms:.4f} ms, of which at most {watch_cost_ms:.4f} ms was the watch: another code "
-                "path runs when unwatched")])
+        violation = watched_time_violation(bare_median_ms, reply["audited_ms"], reply["audited_operators"],
+                                           reply["audited_python_calls"], self.config.timing_config)
+        if violation is not None:
+            self._add_violations([violation])
 
     def _check_kernels(self, reply: dict) -> None:
         foreign = foreign_kernels(reply["kernel_names"], reply["own_kernel_names"], self.policy)
@@ -280,7 +260,7 @@ class Evaluation:
         cache = BaselineCache(self.config.cache_dir)
         indices = list(range(self.config.trials, self._set_count()))
         for mode in self.config.baselines:
-            key = cache.key(self.problem, self.device, mode, self.config.timing_config)
+            key = cache.key(self.problem, self.device, mode, self.config.timing_config, self.config.convention)
             with cache.lock(key):
                 stats = cache.get(key)
                 if stats is None:
@@ -364,6 +344,39 @@ class Evaluation:
 
 class _Stop(Exception):
     """Ends the evaluation early; the Result already says why."""
+
+
+def judge_checked_call(label: str, expected: list, actual: list, tolerances: dict, timing) -> Violation | None:
+    """None when right. Wrong beyond a numerical difference: `timed_output` (work skipped,
+    cached or changed when timed). A few elements just outside tolerance (at most
+    `numerical_max_fraction` of them, all within `numerical_tolerance_factor` times it):
+    `numerical_difference`, a warning, since one more trial can land there honestly."""
+    check = compare_outputs(0, expected, actual, tolerances)
+    if check.correct:
+        return None
+    loose = compare_outputs(0, expected, actual, scaled(tolerances, timing.numerical_tolerance_factor))
+    few = bool(check.numel) and check.mismatches <= max(1, timing.numerical_max_fraction * check.numel)
+    if loose.correct and few:
+        return Violation("numerical_difference", f"{label}: {check.error}; within {timing.numerical_tolerance_factor:g}x "
+                         "the tolerance, a numerical difference, not skipped work")
+    return Violation("timed_output", f"{label} returned a wrong result ({check.error}): work skipped, cached or "
+                     "changed when timed")
+
+
+def watched_time_violation(bare_median_ms: float, audited_ms: list[float], operators: float,
+                           python_calls: float, timing) -> Violation | None:
+    """timing_inconsistent on the CPU: bare calls faster than `cpu_inconsistent_fraction` of the
+    watched calls' time less a bound on what the watch costs (config.py says why so loose)."""
+    if not audited_ms:
+        return None
+    watched_ms = statistics.median(audited_ms)
+    watch_cost_ms = operators * timing.cpu_audit_ms_per_op + python_calls * timing.cpu_audit_ms_per_call
+    unwatched_work_ms = watched_ms - watch_cost_ms
+    if unwatched_work_ms > 0 and bare_median_ms < timing.cpu_inconsistent_fraction * unwatched_work_ms:
+        return Violation("timing_inconsistent", f"timed calls took {bare_median_ms:.4f} ms; watched calls took "
+                         f"{watched_ms:.4f} ms, of which at most {watch_cost_ms:.4f} ms was the watch: another "
+                         "code path runs when unwatched")
+    return None
 
 
 def _for_candidate(fresh_set: dict) -> dict:

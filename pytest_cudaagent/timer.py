@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .config import TimingConfig
+from .l2_persistence import persistence_guard
 
 _perf_counter_ns = time.perf_counter_ns
 
@@ -36,6 +37,10 @@ class Clock:
             self._event_sync = torch._C._CudaEventBase.synchronize
             self._device_sync = torch._C._cuda_synchronize
             self._stream = torch.cuda.current_stream()
+
+    def timing_stream_handle(self) -> int:
+        """The timing stream's cudaStream_t as an integer (0 on the CPU)."""
+        return self._stream.cuda_stream if self.device == "cuda" else 0
 
     def synchronize(self) -> None:
         if self.device == "cuda":
@@ -141,6 +146,9 @@ class Timer:
             self._flush_stream = torch.cuda.Stream()
             self._marker = torch.empty(1, dtype=torch.int32, device="cuda")
             self._stream_context = torch.cuda.stream
+        # Persisting L2 lines would survive the flush: reset before each flushed call, read back
+        # after it (l2_persistence.py). Violations wait in `persistence.drain()`.
+        self.persistence = persistence_guard(clock.device, clock.timing_stream_handle(), clock.synchronize)
 
     def flush_cache(self) -> None:
         self._flush_buffer.fill_(0)  # writing more than the cache holds evicts the candidate's data
@@ -170,13 +178,16 @@ class Timer:
         return self.config.overlap_launch and profiled is not None and not profiled.other_streams
 
     def timed_call(self, call: Callable[[], object], overlap: bool) -> tuple[float, object]:
-        """One timed call after an L2 flush; the buffer was loaded before."""
+        """One timed call after an L2 flush; the buffer was loaded before. The persisting-L2
+        state is reset before it and read back after it (l2_persistence.py)."""
+        self.persistence.reset()
         self.flush_cache()
         if not overlap:
             self.clock.synchronize()
         # Else every stream is already idle (the last call ended in a device-wide
         # synchronisation) and the start event waits behind the flush while the host launches.
         elapsed_ms, stream_ms, output = self.clock.time_call_split_ms(call)
+        self.persistence.check("timed")
         return call_time_ms(elapsed_ms, stream_ms, overlap, self.config.sync_latency_ms), output
 
     def measure(self, fn: Callable[..., object], content_sets: Sequence[Sequence[object]]) -> Measurement:
@@ -228,10 +239,12 @@ class Timer:
             self.clock.synchronize()
             for call_index in range(total_calls):
                 buffer = buffers[call_index % len(buffers)]
+                self.persistence.reset()
                 self._flush_on_private_stream()
                 self.clock.synchronize()
                 run(lambda buffer=buffer: fn(*buffer))
                 self.clock.synchronize()
+                self.persistence.check("profiled")
             self._flush_on_private_stream()  # closes the last call
             self.clock.synchronize()
         events = [event for event in prof.profiler.kineto_results.events() if event.device_type() == DeviceType.CUDA]

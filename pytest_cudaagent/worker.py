@@ -271,7 +271,7 @@ def candidate_main(conn, spec: dict) -> None:
             "kernel_names": profiled.kernel_names if profiled else [],
             "own_kernel_names": own_kernel_names(candidate, sys.modules),
             "launch_overlapped": state["overlap"],
-            "findings": guard.findings.drain(),
+            "findings": guard.findings.drain() + timer.persistence.drain(),
             "precision": sorted(guard.findings.precision | precision_flags(profiled.kernel_names if profiled else [])
                                 | tf32_switches()),
         }
@@ -320,7 +320,7 @@ def candidate_main(conn, spec: dict) -> None:
             "audited_ms": audited_ms,
             "audited_operators": (guard.findings.operators_seen - operators_before) / audited_count,
             "audited_python_calls": (guard.findings.python_calls_seen - calls_before) / audited_count,
-            "findings": guard.findings.drain() + violations,
+            "findings": guard.findings.drain() + timer.persistence.drain() + violations,
             "precision": sorted(guard.findings.precision | tf32_switches()),
         }
 

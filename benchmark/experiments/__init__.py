@@ -1,1 +1,3 @@
-"""Lab-notebook scripts: each measures one thing and prints a table (run with python -m)."""
+"""The measurement scripts behind the README's numbers (its "Measured" section), run from a
+checkout with `python -m benchmark.experiments.NAME`. Not installed with the package: nothing in
+pytest_cudaagent, benchmark, policy or synthesis imports them."""

@@ -80,7 +80,7 @@ def test_baselines_command_times_eager_on_cpu_and_fills_the_cache(tmp_path, caps
     assert "1_Tiny_relu_add.py" in capsys.readouterr().out  # the comparison table
     problem = tmp_path / "kb" / "KernelBench" / "level2" / "1_Tiny_relu_add.py"
     cached = BaselineCache(cache)
-    assert cached.get(cached.key(problem, "cpu", "eager", EvalConfig().timing_config)) is not None
+    assert cached.get(cached.key(problem, "cpu", "eager", EvalConfig().timing_config, "kernelbench")) is not None
 
 
 def test_baselines_command_refuses_unknown_modes(tmp_path, capsys):

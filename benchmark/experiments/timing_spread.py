@@ -1,10 +1,10 @@
-"""How repeatable and how true the evaluator's times are.
+"""Measures how repeatable and how true the evaluator's times are (README, Measured: "Timing repeatability and truth").
 
 Evaluates one candidate several times (each evaluation runs in fresh processes), reports the
 spread (max/min - 1) of the end-to-end median and of the device time, and, with --ncu, compares
 the device time with Nsight Compute's `gpu__time_duration` (caches flushed) for the same kernels.
 
-    python benchmark/timing_spread.py --problem examples/problems/leaky_relu.py \
+    python -m benchmark.experiments.timing_spread --problem examples/problems/leaky_relu.py \
         --candidate examples/candidates/cuda/leaky_relu.py --repeats 5 --ncu
 """
 

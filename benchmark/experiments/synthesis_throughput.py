@@ -1,10 +1,12 @@
-"""Synthesis throughput: candidates composed, filtered and kept per hour, the outcomes, and the
+"""Measures synthesis throughput: candidates kept per hour, outcomes, time per filter (README, Measured: "Synthesis").
+
+Synthesis throughput: candidates composed, filtered and kept per hour, the outcomes, and the
 time split per filter, for a synthesis run on this machine; with --summary-only, for a run
 directory as its manifest stands, also after a killed run (tasks still in flight are listed with
 the stage they were in). Prints markdown; `--json FILE` saves the numbers.
 
-    python benchmark/synthesis_throughput.py --count 600 --workers 14 --out /tmp/synth-bench
-    python benchmark/synthesis_throughput.py --out /tmp/synth-bench --summary-only
+    python -m benchmark.experiments.synthesis_throughput --count 600 --workers 14 --out /tmp/synth-bench
+    python -m benchmark.experiments.synthesis_throughput --out /tmp/synth-bench --summary-only
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from pytest_cudaagent.lifetime import stop_on_sigterm
 from synthesis.compose import ComposerConfig
 from synthesis.filters import FilterConfig
 from synthesis.manifest import Manifest
-from synthesis.pipeline import SynthConfig, run_synthesis, stop_on_sigterm
+from synthesis.pipeline import SynthConfig, run_synthesis
 from synthesis.pool import PoolConfig
 from synthesis.report import (
     filter_time_table,

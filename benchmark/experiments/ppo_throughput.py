@@ -1,4 +1,6 @@
-"""PPO iteration time, tokens per second and peak memory of our trainer and of TRL's PPOTrainer on
+"""Measures PPO iteration time, tokens/s and peak memory, ours against TRL's (README, Measured: "Trainer").
+
+PPO iteration time, tokens per second and peak memory of our trainer and of TRL's PPOTrainer on
 the same randomly initialised Llama-style model (~100M parameters by default), batch and lengths.
 
 One iteration = generate `--response` tokens for `--batch` prompts of `--prompt` tokens, then the
@@ -25,9 +27,9 @@ forward pass of the actor; TRL steps its optimizer once accelerate has accumulat
 generates `--response` tokens, ours stops a sequence at end-of-turn (token 1, which a random
 model almost never emits).
 
-    python -m benchmark.ppo_throughput                       # H100: both, printed table
-    python -m benchmark.ppo_throughput --json ppo.json
-    python -m benchmark.ppo_throughput --hidden 64 --layers 2 --vocab 512 --batch 8 --prompt 16 \\
+    python -m benchmark.experiments.ppo_throughput                       # H100: both, printed table
+    python -m benchmark.experiments.ppo_throughput --json ppo.json
+    python -m benchmark.experiments.ppo_throughput --hidden 64 --layers 2 --vocab 512 --batch 8 --prompt 16 \\
         --response 8 --minibatch 4 --micro 2 --iterations 2 --no-bf16   # a CPU smoke run
 """
 
@@ -281,9 +283,9 @@ def parse_args(argv=None):
 def run_in_subprocess(impl: str, argv: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as directory:
         output = Path(directory) / "record.json"
-        command = [sys.executable, "-m", "benchmark.ppo_throughput", *argv, "--impl", impl,
+        command = [sys.executable, "-m", "benchmark.experiments.ppo_throughput", *argv, "--impl", impl,
                    "--worker-output", str(output)]
-        completed = subprocess.run(command, cwd=Path(__file__).resolve().parents[1], env=os.environ.copy())
+        completed = subprocess.run(command, cwd=Path(__file__).resolve().parents[2], env=os.environ.copy())
         if completed.returncode != 0 or not output.exists():
             return {"implementation": impl, "skipped": f"the {impl} run failed (exit {completed.returncode}); "
                     "its traceback is above"}

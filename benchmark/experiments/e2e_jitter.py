@@ -1,4 +1,4 @@
-"""Where the end-to-end time's process-to-process spread comes from.
+"""Measures where the end-to-end time's process-to-process spread comes from (README, Measured: "Timing repeatability and truth").
 
 Runs one candidate's forward in several fresh processes (no evaluator around it) and splits each
 timed call into parts: the host time to launch it, the GPU time from the start event to the end
@@ -7,7 +7,7 @@ end-to-end time the evaluator reports (device-wide synchronisation, then the end
 variant prints the median per process and the spread over processes, so the part that moves
 between processes shows.
 
-    python benchmark/e2e_jitter.py --problem benchmark/problems/leaky_relu_64m.py \
+    python -m benchmark.experiments.e2e_jitter --problem benchmark/experiments/problems/leaky_relu_64m.py \
         --candidate examples/candidates/cuda/leaky_relu.py --processes 5 [--pin-core 3]
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from benchmark.timing_spread import spread
+from benchmark.experiments.timing_spread import spread
 
 PARTS = ("e2e_ms", "stream_ms", "launch_us", "sync_us")
 

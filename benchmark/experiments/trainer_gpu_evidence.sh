@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The trainer's GPU evidence (issue #7) in one run on a single-GPU machine, under 9 minutes:
 #   (a) the gpu-marked trainer tests (bf16 PPO learns, the sampler agrees, the benchmark runs);
-#   (b) benchmark/ppo_throughput.py, ours against TRL's PPOTrainer on the ~100M-parameter model;
+#   (b) benchmark/experiments/ppo_throughput.py, ours against TRL's PPOTrainer on the ~100M-parameter model;
 #   (c) multi-turn PPO in the real agent environment (policy/trainer/configs/tiny-agentic-gpu.yaml).
 # Each step logs to its own file under $OUT; the key lines are printed. Offline: TRL and what it
 # needs beyond the machine's own packages come as wheels in .whl/ (see policy/trainer/README.md).
 #
-#   bash benchmark/trainer_gpu_evidence.sh            # from the repository root; OUT=DIR for the logs
+#   bash benchmark/experiments/trainer_gpu_evidence.sh            # from the repository root; OUT=DIR for the logs
 #
 # Knobs for a CPU dry run of this script (defaults are the GPU run): WHEELS (wheel folder),
 # PPO_ARGS (extra ppo_throughput flags), AGENTIC_CONFIG, EVIDENCE_BUDGET_S (whole-run seconds).
@@ -90,7 +90,7 @@ PPO_LOG=$OUT/ppo_throughput.log
 : >"$PPO_LOG"
 # shellcheck disable=SC2086  # PPO_ARGS holds several flags
 step "(b) ppo_throughput, both implementations" 210 "$PPO_LOG" \
-    python3 -m benchmark.ppo_throughput --impl both --json "$OUT/ppo.json" $PPO_ARGS
+    python3 -m benchmark.experiments.ppo_throughput --impl both --json "$OUT/ppo.json" $PPO_ARGS
 sed -n '/^PPO iteration/,$p' "$PPO_LOG" | grep -v '^== '
 grep -E 'Error|skipped' "$PPO_LOG" | grep -v Warning | tail -n 8
 

@@ -1,6 +1,6 @@
-"""What the run-time guard (dispatch mode, function mode, thread check) adds to a timed call.
+"""Measures what the run-time guard adds to a timed call (README, "Why timed calls run bare").
 
-    python benchmark/guard_overhead.py --problem examples/problems/leaky_relu.py \
+    python -m benchmark.experiments.guard_overhead --problem examples/problems/leaky_relu.py \
         --candidate examples/candidates/cuda/leaky_relu.py
 """
 

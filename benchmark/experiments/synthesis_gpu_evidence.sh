@@ -4,7 +4,7 @@
 # the summary from the run's manifest, also when the run had to be killed: candidates, kept,
 # rate per hour, outcomes, time per filter, and any task still in flight with its stage.
 #
-#   OUT=/path/for/logs bash benchmark/synthesis_gpu_evidence.sh
+#   OUT=/path/for/logs bash benchmark/experiments/synthesis_gpu_evidence.sh
 #
 # Call it again on the same (still warm) machine to continue the same run directory (under
 # /tmp, with the catalogue): the run resumes, and the summary covers every call so far.
@@ -52,7 +52,7 @@ elif [ "$STOP_S" -lt 60 ]; then
   echo "only ${RUN_S} s left after setup: nothing run"
 else
   echo "== run: $RUN, $COUNT candidates, $WORKERS workers, proposing for ${STOP_S} s, killed at ${RUN_S} s ($(date -u +%H:%M:%S))"
-  timeout -k 10 "$RUN_S" python3 benchmark/synthesis_throughput.py --out "$RUN" --resume \
+  timeout -k 10 "$RUN_S" python3 -m benchmark.experiments.synthesis_throughput --out "$RUN" --resume \
     --count "$COUNT" --workers "$WORKERS" --device "$DEVICE" --catalogue "$CATALOGUE" \
     --max-task-gib "$MAX_TASK_GIB" --stop-after "$STOP_S" > "$OUT/synth.log" 2>&1
   status=$?
@@ -67,7 +67,7 @@ fi
 kill "$MONITOR" 2>/dev/null
 
 echo "== summary ($(date -u +%H:%M:%S), ${SECONDS} s into the script)"
-timeout 60 python3 benchmark/synthesis_throughput.py --out "$RUN" --summary-only \
+timeout 60 python3 -m benchmark.experiments.synthesis_throughput --out "$RUN" --summary-only \
   --json "$OUT/summary.json" > "$OUT/summary.md" 2>&1 || echo "summary failed (see summary.md)"
 cat "$OUT/summary.md"
 echo "== monitor (last lines)"

@@ -1,4 +1,6 @@
-"""PPO on one process against two data-parallel processes (`accelerate launch --num_processes 2`),
+"""Measures PPO on one process against two data-parallel ones (README, Measured: "Trainer on 2 GPUs").
+
+PPO on one process against two data-parallel processes (`accelerate launch --num_processes 2`),
 through the real trainer (`policy.trainer.cli`), in two experiments:
 
 * curve: the toy task (target-token) on the tiny model, the same global batch on 1 and 2
@@ -15,8 +17,8 @@ Step time is the main process's rollout + update time from metrics.jsonl, the fi
 (allocations, autotuning). Prints a table, writes scaling.json, curves.csv, curves.png and
 launch.log (every run's output) to --out; the runs themselves go to --runs.
 
-    python -m benchmark.ppo_scaling --out out/ppo-scaling            # 2 GPUs
-    python -m benchmark.ppo_scaling --out out/ppo-scaling --cpu --quick   # the script itself, on the CPU
+    python -m benchmark.experiments.ppo_scaling --out out/ppo-scaling            # 2 GPUs
+    python -m benchmark.experiments.ppo_scaling --out out/ppo-scaling --cpu --quick   # the script itself, on the CPU
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -96,14 +98,16 @@ def train_config(run: ScalingRun, output_dir: Path, mixed_precision: str) -> dic
     }
 
 
-def launch(run: ScalingRun, work: Path, cpu: bool, log) -> Path:
-    """Runs one configuration through `accelerate launch`; returns its metrics.jsonl."""
+def launch(run: ScalingRun, work: Path, cpu: bool, log, config: dict | None = None,
+           entry: tuple[str, ...] = ("-m", "policy.trainer.cli")) -> Path:
+    """Runs one configuration (`config`, default train_config(run)) through `accelerate launch`
+    of `entry` (a module taking --config and --no-resume); returns its metrics.jsonl."""
     run_dir = work / run.name
     config_path = work / f"{run.name}.yaml"
     work.mkdir(parents=True, exist_ok=True)
     mixed_precision = "no" if cpu else "bf16"
     threads = 1 if cpu else 8
-    config_path.write_text(yaml.safe_dump(train_config(run, run_dir, mixed_precision)))
+    config_path.write_text(yaml.safe_dump(config or train_config(run, run_dir, mixed_precision)))
     command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(run.processes),
                "--num_machines", "1", "--mixed_precision", mixed_precision, "--dynamo_backend", "no",
                "--main_process_port", "0",
@@ -112,7 +116,7 @@ def launch(run: ScalingRun, work: Path, cpu: bool, log) -> Path:
                "--num_cpu_threads_per_process", str(threads)]
     if run.processes > 1:
         command.append("--multi_gpu")  # with ACCELERATE_USE_CPU=1: several CPU processes over gloo
-    command += ["-m", "policy.trainer.cli", "--config", str(config_path), "--no-resume"]
+    command += [*entry, "--config", str(config_path), "--no-resume"]
     env = os.environ | {"PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     if cpu:
         env |= {"ACCELERATE_USE_CPU": "1"}

@@ -1,4 +1,4 @@
-"""Runs a candidate's forward under an NVTX range "timed" for Nsight Compute (timing_spread.py)."""
+"""Runs a candidate's forward under an NVTX range for Nsight Compute, for timing_spread (README, Measured: "Timing repeatability and truth")."""
 
 import argparse
 import sys

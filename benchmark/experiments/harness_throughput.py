@@ -1,11 +1,13 @@
-"""Benchmark: end-to-end wall time of `cudaagent bench` (this harness: parallel builds under
+"""Measures `cudaagent bench`'s wall time against a KernelBench-style sequential loop (README, Measured: "Harness throughput").
+
+Benchmark: end-to-end wall time of `cudaagent bench` (this harness: parallel builds under
 pytest-xdist, per-GPU timing lock, baselines once per problem) against a plain sequential loop
 that builds, checks and times each candidate in one process the way KernelBench's eval does
 (build, 5 correctness checks at atol=rtol=1e-2, 3 warm-ups + 100 timed calls with CUDA events,
 eager and torch.compile baselines once per problem), on the same freshly generated candidates
 with every cache empty. Prints the tables and the time split per candidate; `--json` saves them.
 
-    python -m benchmark.harness_throughput --device cuda --count 20 --json throughput.json
+    python -m benchmark.experiments.harness_throughput --device cuda --count 20 --json throughput.json
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmark.batch import BatchSettings, resolve_device, run_batch
+from benchmark.experiments.throughput_templates import Variant, write_candidates
 from benchmark.kernelbench import EXAMPLES_PROBLEMS, load_flat
 from benchmark.solutions import pair_solutions
-from benchmark.throughput_templates import Variant, write_candidates
 from pytest_cudaagent.result import Result
 
 # KernelBench's eval: 5 correctness trials, then 3 warm-ups and 100 timed trials.
@@ -161,10 +163,10 @@ def run_sequential_process(pairs, work: Path, device: str) -> tuple[float, dict]
     manifest, out = work / "sequential-pairs.json", work / "sequential.json"
     manifest.write_text(json.dumps([{"problem": str(p.problem), "candidate": str(p.candidate)} for p in pairs]))
     env = {**os.environ, **fresh_cache_env(work / "sequential-caches"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
                                                        os.environ.get("PYTHONPATH")]))}
     began = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "benchmark.harness_throughput", "--sequential", str(manifest), str(out),
+    subprocess.run([sys.executable, "-m", "benchmark.experiments.harness_throughput", "--sequential", str(manifest), str(out),
                     "--device", device], env=env, check=True)
     return time.perf_counter() - began, json.loads(out.read_text())
 

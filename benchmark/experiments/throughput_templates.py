@@ -1,4 +1,6 @@
-"""Candidate sources for benchmark/harness_throughput.py: CUDA (and C++ for the CPU backend)
+"""Candidate sources for harness_throughput's measurement (README, Measured: "Harness throughput").
+
+Candidate sources for benchmark/experiments/harness_throughput.py: CUDA (and C++ for the CPU backend)
 leaky-ReLU and row-sum kernels for the bundled problems, each variant with its own constants so
 every candidate has a distinct source hash and really compiles; a few are wrong on purpose."""
 
