@@ -55,6 +55,8 @@ def register_solve(subparsers) -> None:
     parser.add_argument("--baselines", default="eager,compile",
                         help="timing baselines, comma-separated: eager, compile, max-autotune (default eager,compile)")
     parser.add_argument("--gpus", help="evaluator GPUs, comma-separated ids (default: all visible)")
+    parser.add_argument("--convention", choices=("kernelbench", "cuda-agent"), default="kernelbench",
+                        help="whose correctness the tools and the reward follow (default kernelbench)")
     parser.add_argument("--batch", type=int, default=8, help="transformers/vllm: replies generated per batch at most")
     parser.set_defaults(func=run_solve, path_args=("problems", "out", "tokenizer"))
 
@@ -92,7 +94,8 @@ def run_solve(args: argparse.Namespace) -> int:
     except (BadFileError, EngineError) as error:
         console.print(f"[red]error:[/red] {paths.shown(str(error))}", soft_wrap=True)
         return 2
-    eval_config = EvalConfig(device=device, baselines=tuple(b.strip() for b in args.baselines.split(",") if b.strip()))
+    eval_config = EvalConfig(device=device, baselines=tuple(b.strip() for b in args.baselines.split(",") if b.strip()),
+                             convention=args.convention)
     config = SolveConfig(
         out_dir=args.out, device=device, samples=args.samples, parallel_episodes=args.parallel,
         agent=AgentConfig(max_turns=args.turns, max_context_tokens=args.max_context,

@@ -34,6 +34,8 @@ class CudaSingleTurnEnvironment:
     device: str = "cuda"
     # EvalConfig fields for scoring (e.g. {"trials": 5, "baselines": ["eager", "compile"]}).
     eval_options: dict = field(default_factory=dict)
+    # Whose "correct" the reward follows: "kernelbench" or "cuda-agent" (as AgentLoopEnvironment).
+    convention: str = "kernelbench"
     max_turns: int = 1
 
     def __post_init__(self):
@@ -68,7 +70,7 @@ class CudaSingleTurnEnvironment:
         """The scoring worker's EvalConfig; a worker pinned to one GPU sees it as "cuda"."""
         from .rewards import evaluator_config
 
-        return evaluator_config(device if self.device == "cuda" else "cpu", self.eval_options)
+        return evaluator_config(device if self.device == "cuda" else "cpu", self.eval_options, self.convention)
 
     def score(self, task: Task, assistant_turns: list[str], device: str) -> float:
         from pytest_cudaagent import BadFileError, evaluate

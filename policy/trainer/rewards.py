@@ -83,12 +83,17 @@ class DevicePoolScorer:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def evaluator_config(device: str, options: dict):
+def evaluator_config(device: str, options: dict, convention: str = "kernelbench"):
     """The evaluator's settings for a CUDA environment: EvalConfig's defaults (both baselines, so
-    rewards 2 and 3 are reachable), the config's `eval_options` over them, the given device last."""
+    rewards 2 and 3 are reachable), the config's `eval_options` over them, then the environment's
+    convention and device. The convention is the environment's own field, so the agent's tools
+    and the reward judge by one setting; `eval_options` may not name another."""
     from pytest_cudaagent import EvalConfig
 
-    return EvalConfig.from_dict({**EvalConfig().to_dict(), **options, "device": device})
+    if options.get("convention", convention) != convention:
+        raise ValueError(f"eval_options sets convention {options['convention']!r} but the environment's "
+                         f"convention is {convention!r}; set it once, as the environment's `convention`")
+    return EvalConfig.from_dict({**EvalConfig().to_dict(), **options, "convention": convention, "device": device})
 
 
 def scoring_devices(requested: list[str] | None) -> list[str]:
