@@ -1,5 +1,6 @@
-"""Baseline times on disk, keyed by problem source, device, torch version, mode and timer settings,
-so a batch of candidates for one problem pays for eager and torch.compile once.
+"""Baseline times on disk, keyed by problem source, device, torch version, mode, timer settings and
+the backend settings timed under, so a batch of candidates for one problem pays for eager and
+torch.compile once (once more per distinct backend settings candidates switch to).
 
 Each entry carries an HMAC tag under a key that only the evaluator can read (a 0600 file in the
 cache, which the sandbox hides from candidates): an entry changed or written by anyone else is
@@ -26,12 +27,16 @@ class BaselineCache:
         self.root = Path(root) / "baselines"
         self.rejected: list[str] = []  # why entries were not trusted, for the Result's warnings
 
-    def key(self, problem: Path, device: str, mode: str, timing: TimingConfig) -> str:
+    def key(self, problem: Path, device: str, mode: str, timing: TimingConfig, convention: str,
+            backend_settings: dict) -> str:
+        """The convention is part of the key (training mode, with BatchNorm on batch statistics and
+        Dropout, times differently from eval mode), and so are the backend settings timed under."""
         import torch
 
         digest = hashlib.sha256()
         digest.update(Path(problem).read_bytes())
-        for part in (device, device_name(device), torch.__version__, mode, json.dumps(dataclasses.asdict(timing), sort_keys=True)):
+        for part in (device, device_name(device), torch.__version__, mode, convention,
+                     json.dumps(dataclasses.asdict(timing), sort_keys=True), json.dumps(backend_settings, sort_keys=True)):
             digest.update(b"\0" + str(part).encode())
         return digest.hexdigest()[:24]
 
@@ -44,16 +49,18 @@ class BaselineCache:
     def get(self, key: str) -> TimingStats | None:
         try:
             data = json.loads(self.path(key).read_text())
-        except (OSError, ValueError):
+            stats = TimingStats(**data["timing"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):  # missing, or not an entry
             return None
-        tag = data.pop("tag", None) if isinstance(data, dict) else None
+        tag = data.pop("tag", None)
         if tag is None or not hmac.compare_digest(str(tag), self._tag(data)):
             self.rejected.append(f"cached baseline {self.path(key).name} was changed outside the evaluator "
                                  f"({'no integrity tag' if tag is None else 'its tag does not match'}); measured again")
             return None
-        return TimingStats(**data["timing"])
+        return stats
 
-    def put(self, key: str, stats: TimingStats, problem: Path, device: str, mode: str) -> None:
+    def put(self, key: str, stats: TimingStats, problem: Path, device: str, mode: str,
+            backend_settings: dict | None = None) -> None:
         import torch
 
         self.root.mkdir(parents=True, exist_ok=True)
@@ -65,6 +72,7 @@ class BaselineCache:
             "torch": torch.__version__,
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "timing": dataclasses.asdict(stats),
+            "backend_settings": backend_settings,
         }
         record["tag"] = self._tag(record)
         temporary = self.path(key).with_suffix(".tmp")
