@@ -62,7 +62,7 @@ def test_baseline_cache_poisoning_is_refused(tmp_path, monkeypatch):
     cache_dir = tmp_path / "cache"
     monkeypatch.setenv("CUDAAGENT_CACHE", str(cache_dir))
     cache = BaselineCache(cache_dir)
-    key = cache.key(PROBLEM, "cpu", "eager", TimingConfig())
+    key = cache.key(PROBLEM, "cpu", "eager", TimingConfig(), "kernelbench", {})
     cache.put(key, TimingStats(0.5, 0.01, 10), PROBLEM, "cpu", "eager")
     before = cache.path(key).read_bytes()
     result = attack("write_baseline_cache", cache.path(key), monkeypatch, cache_dir=cache_dir)
@@ -169,7 +169,7 @@ def test_cgroups_and_scratch_are_removed(monkeypatch):
 
 def test_tampered_baseline_is_detected_and_remeasured(tmp_path):
     cache = BaselineCache(tmp_path)
-    key = cache.key(PROBLEM, "cpu", "eager", TimingConfig())
+    key = cache.key(PROBLEM, "cpu", "eager", TimingConfig(), "kernelbench", {})
     cache.put(key, TimingStats(0.5, 0.01, 10), PROBLEM, "cpu", "eager")
     assert cache.get(key) == TimingStats(0.5, 0.01, 10) and not cache.rejected
     assert (tmp_path / "baselines" / "hmac.key").stat().st_mode & 0o777 == 0o600
@@ -183,17 +183,19 @@ def test_tampered_baseline_is_detected_and_remeasured(tmp_path):
 
 
 def test_tampered_baseline_is_reported_in_the_result(tmp_path):
+    config = cpu_config(policy="permissive", trials=1, timing=True, baselines=("eager",), cache_dir=tmp_path,
+                        run_timeout_s=600)
+    assert evaluate(PROBLEM, ATTACKS / "honest_torch.py", config).passed  # measures and caches the baseline
     cache = BaselineCache(tmp_path)
-    key = cache.key(PROBLEM, "cpu", "eager", cpu_config().timing_config)
-    cache.root.mkdir(parents=True, exist_ok=True)
-    cache.path(key).write_text(json.dumps({"timing": {"median_ms": 99.0, "iqr_ms": 0.0, "samples": 10}}))
-    result = evaluate(PROBLEM, ATTACKS / "honest_torch.py",
-                      cpu_config(policy="permissive", trials=1, timing=True, baselines=("eager",), cache_dir=tmp_path,
-                                 run_timeout_s=600))
+    entries = sorted(cache.root.glob("*.json"))
+    assert entries
+    for entry in entries:  # rewritten by someone without the key: 99 ms, no tag
+        entry.write_text(json.dumps({"timing": {"median_ms": 99.0, "iqr_ms": 0.0, "samples": 10}}))
+    result = evaluate(PROBLEM, ATTACKS / "honest_torch.py", config)
     assert result.passed, result.summary()
     assert any(w.rule == "baseline_cache" and "no integrity tag" in w.detail for w in result.warnings)
     assert result.timing["eager"].median_ms != 99.0
-    assert cache.get(key) is not None  # measured again and stored with a tag
+    assert all(cache.get(entry.stem) is not None for entry in entries)  # measured again, stored with a tag
 
 
 def _refuse(*args, **kwargs):
@@ -215,10 +217,10 @@ def test_verify_require_sandbox_reaches_the_config_and_exits_2(monkeypatch, caps
 
 
 def test_bench_require_sandbox_refuses_before_any_work(monkeypatch, tmp_path, capsys):
-    from benchmark import cli as bench_cli
+    from benchmark import commands as bench_commands
     from pytest_cudaagent.cli import main
 
-    monkeypatch.setattr(bench_cli, "require_sandbox", _refuse)
+    monkeypatch.setattr(bench_commands, "require_sandbox", _refuse)
     assert main(["bench", "--device", "cpu", "--out", str(tmp_path / "out"), "--require-sandbox"]) == 2
     assert "landlock could not be applied" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

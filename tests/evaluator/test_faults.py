@@ -122,7 +122,7 @@ def test_a_broken_baseline_entry_is_measured_again(tmp_path, broken):
     problem = tmp_path / "problem.py"
     problem.write_text("# a problem\n")
     cache = BaselineCache(tmp_path / "cache")
-    key = cache.key(problem, "cpu", "eager", TimingConfig(), "kernelbench")
+    key = cache.key(problem, "cpu", "eager", TimingConfig(), "kernelbench", {})
     cache.root.mkdir(parents=True)
     cache.path(key).write_text(broken)  # a writer killed midway, or a foreign file
     cache.path(key).with_suffix(".tmp").write_text('{"timing": ')  # its temporary file, left behind
