@@ -35,6 +35,11 @@ STRICT_TOLERANCES = {
 }
 
 
+# A precompiled torch/extension.h takes about as long as one cold C++ build (fast_build.py); past
+# this the candidate builds the plain way instead of waiting.
+PCH_BUILD_TIMEOUT_S = 600.0
+
+
 @dataclass
 class TimingConfig:
     # Time-based budgets (as triton.testing.do_bench): a fixed call count under-samples
@@ -88,6 +93,9 @@ class EvalConfig:
     # Wall-clock limits per child process. Builds get their own: a cold CUDA load_inline takes
     # 30-36 s on the H100 machine and several candidates may build at once.
     build_timeout_s: float = 600.0
+    # Build candidates through fast_build.py's shared precompiled header and own-GPU-only arch
+    # (README, "Builds"); off: torch's plain load_inline/load (build locks are taken either way).
+    fast_build: bool = True
     run_timeout_s: float = 300.0
     memory_cap_gb: float = 32.0  # host RSS of one child; the parent kills it beyond this
     policy: str = "strict"  # anti-hacking policy preset: "strict" (the paper) or "permissive"

@@ -18,6 +18,7 @@ from .channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
 from .compare import as_output_list, compare_outputs
 from .config import EvalConfig
 from .envinfo import collect_env
+from .fast_build import pch_dir, prepare_pch
 from .files import BadFileError, Candidate, check_candidate, check_problem, file_hash
 from .provenance import foreign_kernels
 from .result import Result, TimingStats, Violation
@@ -60,6 +61,8 @@ class Evaluation:
         candidate_worker = reference_worker = None
         try:
             reference_worker = self._spawn_reference()
+            if self.config.fast_build:
+                prepare_pch(self.candidate, self.config.cache_dir, self.device)
             candidate_worker = self._spawn_candidate()  # builds while the reference computes
             reference = self._phase("reference", lambda: reference_worker.request(
                 ("prepare", self._set_count()), self.config.run_timeout_s), worker=reference_worker,
@@ -139,6 +142,8 @@ class Evaluation:
             "device": self.device,
             "config": self.config.to_dict(),
             "extensions_dir": str(self.extensions_dir),
+            # Read-only for the candidate: only prepare_pch, here in the parent, writes there.
+            "pch_dir": str(pch_dir(self.config.cache_dir)) if self.config.fast_build else None,
         }
         env = {"TORCH_EXTENSIONS_DIR": str(self.extensions_dir)}
         if self.device == "cpu":

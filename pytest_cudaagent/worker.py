@@ -154,6 +154,7 @@ def candidate_main(conn, spec: dict) -> None:
     import torch
 
     from .config import EvalConfig
+    from .fast_build import install as install_fast_build
     from .files import Candidate, build_workspace_extension, import_file
     from .guards import ForwardGuard
     from .locks import device_lock
@@ -177,6 +178,7 @@ def candidate_main(conn, spec: dict) -> None:
 
     try:
         started = time.perf_counter()
+        install_fast_build(spec["pch_dir"] and Path(spec["pch_dir"]), device)
         if candidate.workspace:
             build_workspace_extension(candidate, device, Path(spec["extensions_dir"]) / "workspace")
         module = import_file(candidate.model_file, "cudaagent_candidate")
