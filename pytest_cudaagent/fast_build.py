@@ -1,6 +1,5 @@
 """The candidates' build path: torch's `load`/`load_inline` unchanged, plus a shared precompiled
-header for `torch/extension.h`, builds for the GPU's own architecture, and build locks that die
-with their owner.
+header for `torch/extension.h` and build locks that die with their owner.
 
 Two sides. The parent (trusted) reads the candidate's source, works out the compile flags its
 `load_inline`/`load` calls will use, and builds the precompiled header (PCH) for those flags into
@@ -228,14 +227,14 @@ def build_lock(build_directory: str | Path):
         yield
 
 
-def install(pch_root: Path | None, device: str) -> None:
+def install(pch_root: Path | None) -> None:
     """Route every torch extension build in this process through the build lock and, unless
-    `pch_root` is None (EvalConfig.fast_build off), the fast path. load and load_inline both
-    build through cpp_extension._jit_compile."""
+    `pch_root` is None (EvalConfig.fast_build off), the shared PCH. load and load_inline both
+    build through cpp_extension._jit_compile. No arch flags: with TORCH_CUDA_ARCH_LIST unset
+    torch already builds for the visible GPU only, and dropping its PTX copy saved nothing
+    measurable (README, "Builds")."""
     from torch.utils import cpp_extension
 
-    if pch_root is not None and device == "cuda":
-        os.environ["TORCH_CUDA_ARCH_LIST"] = own_cuda_arch()
     original = cpp_extension._jit_compile
     signature = inspect.signature(original)
 
@@ -254,13 +253,4 @@ def install(pch_root: Path | None, device: str) -> None:
             return original(*bound.args, **bound.kwargs)
 
     cpp_extension._jit_compile = jit_compile
-
-
-def own_cuda_arch() -> str:
-    """TORCH_CUDA_ARCH_LIST for the visible GPU only, without the PTX copy torch adds for
-    later GPUs: the extension is built here, for this GPU, and thrown away."""
-    import torch
-
-    major, minor = torch.cuda.get_device_capability()
-    return f"{major}.{minor}"
 

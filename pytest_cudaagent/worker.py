@@ -178,7 +178,7 @@ def candidate_main(conn, spec: dict) -> None:
 
     try:
         started = time.perf_counter()
-        install_fast_build(spec["pch_dir"] and Path(spec["pch_dir"]), device)
+        install_fast_build(spec["pch_dir"] and Path(spec["pch_dir"]))
         if candidate.workspace:
             build_workspace_extension(candidate, device, Path(spec["extensions_dir"]) / "workspace")
         module = import_file(candidate.model_file, "cudaagent_candidate")

@@ -22,8 +22,8 @@ from pytest_cudaagent.files import check_candidate, import_file
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEMS = ROOT / "examples" / "problems"
 SCRIPTS = ROOT / "policy" / "scripts"
-# What torch picks on an H100 when TORCH_CUDA_ARCH_LIST is unset, and what the fast path sets.
-TORCH_DEFAULT_ARCH, OWN_ARCH = "9.0+PTX", "9.0"
+# What torch picks on an H100 when TORCH_CUDA_ARCH_LIST is unset (its visible GPU's arch).
+H100_ARCH = "9.0+PTX"
 
 
 def children_cpu_s() -> float:
@@ -118,7 +118,7 @@ def timed_steps(build: dict, fast: bool, root: Path, directory: Path) -> dict[st
     if fast:
         variant = pch_variant(extra_cflags, bool(build["with_cuda"]))
         extra_cflags += ["-include", str(ensure_pch(root, variant))]
-    os.environ["TORCH_CUDA_ARCH_LIST"] = OWN_ARCH if fast else TORCH_DEFAULT_ARCH
+    os.environ["TORCH_CUDA_ARCH_LIST"] = H100_ARCH
     directory.mkdir(parents=True)
     cpp_extension._write_ninja_file_to_build_library(
         path=str(directory / "build.ninja"), name=build["name"], sources=build["sources"],
@@ -138,11 +138,17 @@ def steps_table(candidates: list[Path], scratch: Path) -> pd.DataFrame:
     """Compile steps only (no link, no import): how the CUDA candidates are timed without a GPU."""
     from torch.utils import cpp_extension
 
-    # A CPU-only torch leaves CUDA_HOME unset; nvcc is all these steps need.
+    # A CPU-only torch leaves CUDA_HOME unset and lacks one generated c10/cuda header (one line in
+    # the CUDA wheels); nvcc and that line are all these steps need.
     cpp_extension.CUDA_HOME = cpp_extension.CUDA_HOME or str(Path(shutil.which("nvcc")).resolve().parents[1])
+    stub = scratch / "stub"
+    if not (Path(cpp_extension.include_paths()[0]) / "c10/cuda/impl/cuda_cmake_macros.h").exists():
+        (stub / "c10/cuda/impl").mkdir(parents=True)
+        (stub / "c10/cuda/impl/cuda_cmake_macros.h").write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
     rows = []
     for candidate in candidates:
         build = captured_build(candidate, scratch / "captured")
+        build["extra_include_paths"] = [*(build["extra_include_paths"] or []), str(stub)]
         if build["with_cuda"] is None:
             build["with_cuda"] = any(source.endswith(".cu") for source in build["sources"])
         for mode in ("plain", "fast"):
@@ -169,7 +175,7 @@ def main() -> None:
             print(markdown_table(evaluated_table(pairs, scratch)))
         step_candidates = sorted((ROOT / "examples" / "candidates" / args.steps_of).glob("*.py"))
         step_candidates = [path for path in step_candidates if not args.only or path.stem in args.only]
-        print("\nCompile steps (torch's ninja file; plain: torch's flags, arch 9.0+PTX; fast: PCH, arch 9.0):")
+        print("\nCompile steps (torch's ninja file, arch 9.0+PTX as on an H100; fast: with the shared PCH):")
         print(markdown_table(steps_table(step_candidates, scratch)))
 
 
