@@ -21,8 +21,10 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sysconfig
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,8 +119,6 @@ def ensure_pch(root: Path, variant: PchVariant) -> Path:
     """Build the PCH for `variant` unless the cache already has it; one builder at a time per
     variant, the others wait on its lock. Built under a temporary name and renamed, so a build
     that dies leaves nothing that passes for a finished one."""
-    import time
-
     root = Path(root)
     key = variant.key()
     with file_lock(root / f"{key}.lock"):
@@ -134,18 +134,31 @@ def ensure_pch(root: Path, variant: PchVariant) -> Path:
         gch = staging / f"{PCH_HEADER}.gch"
         started = time.perf_counter()
         command = [variant.compiler, *variant.cflags, "-x", "c++-header", str(header), "-o", str(gch)]
-        built = subprocess.run(command, capture_output=True, text=True, timeout=PCH_BUILD_TIMEOUT_S,
-                               env=_clean_env())
-        if built.returncode != 0:
+        returncode, stderr = _run_compiler(command)
+        if returncode != 0:
             shutil.rmtree(staging, ignore_errors=True)
             raise RuntimeError(f"building the shared precompiled header failed: {' '.join(command)}\n"
-                               f"{built.stderr[-2000:]}")
+                               f"{stderr[-2000:]}")
         seconds = time.perf_counter() - started
         (staging / PCH_DONE).write_text(json.dumps({"gch_bytes": gch.stat().st_size, "cflags": variant.cflags}))
         staging.rename(entry)
         with open(root / BUILD_LOG, "a") as log:
             log.write(f"{key} {seconds:.1f}s {' '.join(variant.cflags)}\n")
         return entry / PCH_HEADER
+
+
+def _run_compiler(command: list[str]) -> tuple[int, str]:
+    """Run the compiler in its own process group: on a timeout the group is killed, since
+    killing the gcc driver alone leaves its cc1plus running."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env=_clean_env(), start_new_session=True)
+    try:
+        _, stderr = process.communicate(timeout=PCH_BUILD_TIMEOUT_S)
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
+    return process.returncode, stderr
 
 
 def _clean_env() -> dict[str, str]:
