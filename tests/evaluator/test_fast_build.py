@@ -9,9 +9,10 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from pytest_cudaagent import evaluate
+from pytest_cudaagent import evaluate, fast_build
 from pytest_cudaagent.config import default_cache_dir
 from pytest_cudaagent.fast_build import (
     BUILD_LOG,
@@ -165,3 +166,23 @@ def test_evaluation_with_a_stale_torch_lock_proceeds():
     (build_dir / TORCH_LOCK).write_text("")  # as a build killed with SIGKILL leaves it
     result = evaluate(PROBLEMS / "leaky_relu.py", candidate.path, cpu_config(build_timeout_s=600))
     assert result.status == "passed", result.error
+
+
+def test_a_timed_out_pch_build_leaves_no_compiler_running(monkeypatch, tmp_path):
+    monkeypatch.setattr(fast_build, "PCH_BUILD_TIMEOUT_S", 1.0)
+    pid_file = tmp_path / "grandchild.pid"
+    # As gcc's driver runs cc1plus: the process that does the work is a child of the one started.
+    with pytest.raises(subprocess.TimeoutExpired):
+        fast_build._run_compiler(["sh", "-c", f"sleep 120 & echo $! > {pid_file}; wait"])
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while running(grandchild):
+        assert time.monotonic() < deadline, "the compiler's child outlived the timeout"
+        time.sleep(0.1)
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
