@@ -14,6 +14,8 @@ import time
 import traceback
 from pathlib import Path
 
+from .fast_build import install as install_fast_build
+
 
 def _fresh_seed() -> int:
     return int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)
@@ -154,7 +156,6 @@ def candidate_main(conn, spec: dict) -> None:
     import torch
 
     from .config import EvalConfig
-    from .fast_build import install as install_fast_build
     from .files import Candidate, build_workspace_extension, import_file
     from .guards import ForwardGuard
     from .locks import device_lock
