@@ -17,7 +17,12 @@ import pandas as pd
 from benchmark.leaderboard import markdown_table
 from pytest_cudaagent import EvalConfig, evaluate
 from pytest_cudaagent.fast_build import ensure_pch, pch_dir, pch_variant, requested_variants
-from pytest_cudaagent.files import check_candidate, import_file
+from pytest_cudaagent.files import (
+    FIXED_BINDING_FILES,
+    WORKSPACE_FILES_DIR,
+    check_candidate,
+    import_file,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEMS = ROOT / "examples" / "problems"
@@ -48,6 +53,8 @@ def workspace(name: str, device_dir: str, into: Path) -> Path:
     shutil.copy(SCRIPTS / "shared" / name / f"{name}_binding.cpp", target / "kernels")
     shutil.copy(SCRIPTS / "shared" / name / "model_new.py", target / "model_new.py")
     shutil.copy(PROBLEMS / f"{name}.py", target / "model.py")
+    for fixed in FIXED_BINDING_FILES:
+        shutil.copy(WORKSPACE_FILES_DIR / fixed, target / fixed)
     return target
 
 
