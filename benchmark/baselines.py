@@ -21,14 +21,12 @@ import pandas as pd
 
 from pytest_cudaagent.baseline_cache import BaselineCache
 from pytest_cudaagent.channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
-from pytest_cudaagent.config import EvalConfig
+from pytest_cudaagent.config import BASELINE_MODES, EvalConfig
 from pytest_cudaagent.envinfo import collect_env, device_name
 from pytest_cudaagent.result import TimingStats
 from pytest_cudaagent.worker import reference_main
 
 from .kernelbench import Problem
-
-MODES = ("eager", "compile", "max-autotune")
 
 
 @dataclass
@@ -68,14 +66,14 @@ def time_problem(problem: Problem, modes: tuple[str, ...], config: EvalConfig, d
     cache = BaselineCache(config.cache_dir)
     found = ProblemBaselines(problem, {})
     try:
-        worker.request(("prepare", sets), config.run_timeout_s)
+        configured = worker.request(("prepare", sets), config.run_timeout_s)["backend_settings"]
         for mode in modes:
-            reply = worker.request(("baseline", mode, list(range(sets))), config.run_timeout_s)
+            reply = worker.request(("baseline", mode, list(range(sets)), configured), config.run_timeout_s)
             found.stats[mode] = BaselineStats.from_samples(reply["samples_ms"], hardware, device)
-            key = cache.key(problem.path, device, mode, config.timing_config)
+            key = cache.key(problem.path, device, mode, config.timing_config, config.convention, configured)
             with cache.lock(key):
                 cache.put(key, TimingStats.from_samples(reply["samples_ms"], reply["device_ms"]),
-                          problem.path, device, mode)
+                          problem.path, device, mode, configured)
     except (WorkerFailure, WorkerTimeout, WorkerDied) as failure:
         found.error = f"{failure}".strip().splitlines()[-1] if str(failure).strip() else type(failure).__name__
     finally:
@@ -133,7 +131,7 @@ def by_mode(data: dict, path: Path, mode: str | None = None) -> dict[str, dict]:
     """{mode: {level: {name: stats}}} from our format or KernelBench's single-mode one."""
     if any(key.startswith("level") for key in data):
         return {mode or mode_of_file(path): data}
-    return {key: value for key, value in data.items() if key in MODES and (mode is None or key == mode)}
+    return {key: value for key, value in data.items() if key in BASELINE_MODES and (mode is None or key == mode)}
 
 
 def compare(ours: dict, theirs_path: Path, mode: str | None = None) -> pd.DataFrame:

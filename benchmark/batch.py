@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from pytest_cudaagent.config import resolve_device
+from pytest_cudaagent.lifetime import PARENT_PID_ENV
 from pytest_cudaagent.pairing import Pair
 from pytest_cudaagent.result import Result
 from pytest_cudaagent.results_file import done_keys, pair_key
@@ -45,6 +47,12 @@ class BatchSettings:
     timing: bool = True
     policy: str = "strict"
     tolerance: str = "default"
+    convention: str = "kernelbench"
+    # An EvalConfig JSON for what has no option (timeouts, timing budgets, cache dir): --cudaagent-config.
+    config_file: Path | None = None
+    # The GPUs the workers are pinned over, round robin (CUDA_VISIBLE_DEVICES of the run); None: all.
+    gpus: tuple[str, ...] | None = None
+    backend: str = "pytorch-default"  # a config.BACKEND_PRESETS name
 
 
 @dataclass
@@ -91,19 +99,14 @@ def pytest_command(manifest: Path, results_path: Path, run_dir: Path, settings: 
                 "--cudaagent-trials", str(settings.trials),
                 "--cudaagent-baselines", ",".join(settings.baselines),
                 "--cudaagent-policy", settings.policy, "--cudaagent-tolerance", settings.tolerance,
+                "--cudaagent-convention", settings.convention,
+                "--cudaagent-backend", settings.backend,
                 "-n", str(workers), "--dist", "worksteal"]
     if not settings.timing:
         command.append("--cudaagent-no-timing")
+    if settings.config_file is not None:
+        command += ["--cudaagent-config", str(settings.config_file)]
     return command
-
-
-def _end_with_newline(path: Path) -> None:
-    """A run killed mid-write leaves half a line; the next Result must start on a line of its own."""
-    if path.exists() and path.stat().st_size:
-        with open(path, "rb+") as handle:
-            handle.seek(-1, os.SEEK_END)
-            if handle.read(1) != b"\n":
-                handle.write(b"\n")
 
 
 def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettings, *,
@@ -113,7 +116,9 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
     if results_path.exists() and results_path.stat().st_size and not resume:
         raise BatchError(f"{results_path} already holds results: pass --resume to continue that run, "
                          "--overwrite to start again, or another --out")
-    done = done_keys(results_path) if resume else set()
+    done, skipped = done_keys(results_path) if resume else (set(), "")
+    if skipped:
+        console.print(f"[yellow]{escape(skipped)}[/]", highlight=False)
     todo = [pair for pair in pairs if pair.key not in done]
     outcome = BatchOutcome(results_path, None, planned=len(pairs), skipped=len(pairs) - len(todo))
     if not todo:
@@ -133,11 +138,14 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
     manifest = run_dir / "pairs.json"
     write_manifest(manifest, todo)
     outcome.log_path = results_path.parent / "pytest.log"
-    _end_with_newline(results_path)
     tail = ResultsTail(results_path, results_path.stat().st_size if results_path.exists() else 0)
 
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    if settings.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(settings.gpus)
+    # pytest, its workers and their worker processes die with this process, even if it is SIGKILLed.
+    env[PARENT_PID_ENV] = str(os.getpid())
     command = pytest_command(manifest, results_path, run_dir, settings, device, workers)
     with open(outcome.log_path, "w") as log:
         log.write(" ".join(command) + "\n")
@@ -145,7 +153,7 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
         process = subprocess.Popen(command, cwd=run_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             finished = follow(process, tail, len(todo), console)
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C, or SIGTERM through lifetime.stop_on_sigterm
             process.terminate()
             process.wait()
             raise

@@ -8,6 +8,9 @@ Conventions (stated in the column names too):
 - correct = passed (correct outputs and no violation); fast_p = correct and speedup > p.
 - Geomeans: "correct" over problems solved correctly; "all" over every attempted problem,
   a problem without a correct solution counting as 1x.
+- A Result flagged by a REVIEW_RULES rule counts in no number at all (one sample timed near
+  zero would otherwise carry a geomean over hundreds of problems); it is listed under "Flagged
+  for review" for a person to look at.
 """
 
 from __future__ import annotations
@@ -19,18 +22,22 @@ from pathlib import Path
 
 import pandas as pd
 
+from pytest_cudaagent.config import BASELINE_MODES
 from pytest_cudaagent.results_file import read_results
 
 from .kernelbench import level_label, level_of
 
 P_VALUES = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
-BASELINE_MODES = ("eager", "compile", "max-autotune")
 # How far an evaluation got, for choosing the best failing sample.
 STATUS_PROGRESS = {"passed": 6, "violation": 5, "incorrect": 4, "runtime_error": 3, "timeout": 2,
                    "crashed": 1, "build_error": 0}
 # Changes smaller than this between two runs' speedups are noise, not a change.
 SPEEDUP_CHANGE = 0.10
 _SAMPLE = re.compile(r"_sample_(\d+)")
+# Results whose time a person must confirm before it counts (Result warnings and violations by
+# rule): implausible_speedup (beyond EvalConfig.plausible_speedup), timing_inconsistent (timed
+# faster than its own kernels span) and unstable_baseline (the baseline's time did not hold still).
+REVIEW_RULES = ("implausible_speedup", "timing_inconsistent", "unstable_baseline")
 ENV_KEYS = ("device", "gpu_name", "driver", "torch", "cuda", "python", "cpu", "cpu_count", "host")
 
 
@@ -56,17 +63,20 @@ def results_frame(paths: list[str | Path]) -> pd.DataFrame:
         for result in read_results(path):
             candidate_ms = result.timing["candidate"].median_ms if "candidate" in result.timing else math.nan
             sample = _SAMPLE.search(Path(result.candidate).name)
+            review = [rule for rule in (*result.violations, *result.warnings) if rule.rule in REVIEW_RULES]
             row = {
                 "run_index": run_index, "run": run, "level": level_label(level_of(result.problem, result.candidate)),
                 "problem": Path(result.problem).name, "problem_path": result.problem,
                 "candidate": result.candidate, "sample": int(sample.group(1)) if sample else 0,
-                "status": result.status, "passed": result.passed,
+                "status": result.status, "passed": result.passed, "convention": result.convention,
                 "compiled": not (result.status == "build_error"
                                  or (result.status == "timeout" and (result.error or "").startswith("build"))),
                 "reward": result.reward, "lower_precision": bool(result.precision),
                 "precision": "; ".join(result.precision), "candidate_ms": candidate_ms,
                 "env": {key: result.env.get(key) for key in ENV_KEYS if key in result.env},
                 "error": result.error or "",
+                "review": ", ".join(rule.rule for rule in review),
+                "review_detail": "; ".join(rule.detail for rule in review),
             }
             for mode in BASELINE_MODES:
                 baseline_ms = result.timing[mode].median_ms if mode in result.timing else math.nan
@@ -122,13 +132,15 @@ def _groups(frame: pd.DataFrame):
             yield run, "all", run_rows
 
 
-def level_summary(frame: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
+def level_summary(frame: pd.DataFrame, best: pd.DataFrame, flagged: pd.DataFrame) -> pd.DataFrame:
+    """Per (run, level) from the scored Results; `flagged` (those held for review) only counted."""
     rows = []
     best_groups = {(run, level): group for run, level, group in _groups(best)}
     for run, level, candidates in _groups(frame):
         problems = best_groups[(run, level)]
         per_problem_pass = candidates.groupby("problem_path")["passed"].mean()
         passed = candidates[candidates["passed"]]
+        held = flagged[(flagged["run"] == run) & ((flagged["level"] == level) | (level == "all"))]
         row = {
             "run": run, "level": level, "problems": len(problems), "candidates": len(candidates),
             "compiled %": _share(problems["compiled"]),
@@ -145,6 +157,8 @@ def level_summary(frame: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
             row[f"geomean vs {mode} (all, failures=1x)"] = round(_geomean(all_problems), 3) if measured else math.nan
         row["lower precision % of passed"] = _share(passed["lower_precision"]) if len(passed) else math.nan
         row["mean reward"] = round(float(candidates["reward"].mean()), 3)
+        # Last, so the earlier columns keep their places in leaderboard.csv.
+        row["flagged for review"] = len(held)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -177,6 +191,16 @@ def problem_table(best: pd.DataFrame) -> pd.DataFrame:
                "speedup_compile": "vs compile", "reward": "reward"}
     table = best[list(columns)].rename(columns=columns)
     return table.round({"candidate ms": 4, "eager ms": 4, "compile ms": 4, "vs eager": 3, "vs compile": 3})
+
+
+def flagged_table(flagged: pd.DataFrame) -> pd.DataFrame:
+    """The Results held out of every number, with the rule and its detail."""
+    columns = {"run": "run", "level": "level", "problem": "problem", "candidate": "candidate",
+               "status": "status", "review": "rule", "review_detail": "detail",
+               "candidate_ms": "candidate ms", "eager_ms": "eager ms", "compile_ms": "compile ms"}
+    table = flagged[list(columns)].rename(columns=columns)
+    table["candidate"] = table["candidate"].map(lambda path: Path(path).name)
+    return table.round({"candidate ms": 4, "eager ms": 4, "compile ms": 4}).reset_index(drop=True)
 
 
 def changes(best: pd.DataFrame) -> pd.DataFrame:
@@ -244,21 +268,24 @@ def environment(frame: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass
 class Leaderboard:
-    frame: pd.DataFrame  # one row per Result
-    best: pd.DataFrame  # one row per (run, level, problem)
+    frame: pd.DataFrame  # one row per scored Result (none flagged for review)
+    best: pd.DataFrame  # one row per (run, level, problem), from the scored Results
     summary: pd.DataFrame
     fast_p: pd.DataFrame
     rewards: pd.DataFrame
     problems: pd.DataFrame
+    flagged: pd.DataFrame  # the Results held for review, with rule and detail
     changes: pd.DataFrame
-    environment: pd.DataFrame
+    environment: pd.DataFrame  # of every Result read
 
     @classmethod
     def from_files(cls, paths: list[str | Path]) -> Leaderboard:
-        frame = results_frame(paths)
+        every = results_frame(paths)
+        held = every["review"] != ""
+        frame, flagged = every[~held].reset_index(drop=True), every[held]
         best = best_of_k(frame)
-        return cls(frame, best, level_summary(frame, best), fast_p_table(best), reward_distribution(frame),
-                   problem_table(best), changes(best), environment(frame))
+        return cls(frame, best, level_summary(frame, best, flagged), fast_p_table(best), reward_distribution(frame),
+                   problem_table(best), flagged_table(flagged), changes(best), environment(every))
 
 
 def markdown_table(table: pd.DataFrame) -> str:
@@ -281,31 +308,26 @@ def _cell(value) -> str:
 NOTES = ("Per problem the best of its k samples counts. correct = passed (right outputs, no "
          "violation); fast_p = correct and more than p times faster than the baseline. Geomeans: "
          "'correct' over correctly solved problems, 'all' over every attempted problem with "
-         "failures counted as 1x. pass@1 = mean over problems of the share of passing samples.")
+         "failures counted as 1x. pass@1 = mean over problems of the share of passing samples. "
+         f"Results flagged {', '.join(REVIEW_RULES)} count in no number; they are listed under "
+         "'Flagged for review'.")
+
+
+def convention_line(frame: pd.DataFrame) -> str:
+    """Whose idea of correct the verdicts follow (README, Conventions), per run when they differ."""
+    per_run = frame.groupby("run", sort=False)["convention"].agg(lambda values: ", ".join(sorted(set(values))))
+    if per_run.nunique() == 1:
+        return f"Convention: {per_run.iloc[0]}"
+    return "Conventions: " + "; ".join(f"{run}: {names}" for run, names in per_run.items())
 
 
 def to_markdown(board: Leaderboard) -> str:
     sections = [("Leaderboard", board.summary), ("fast_p by baseline", board.fast_p),
                 ("Reward distribution (candidates)", board.rewards),
-                ("Best of k per problem", board.problems)]
+                ("Best of k per problem", board.problems), ("Flagged for review", board.flagged)]
     if not board.changes.empty or board.frame["run"].nunique() > 1:
         sections.append(("Changes between runs", board.changes))
     sections.append(("Environment", board.environment))
-    text = [f"# cuda-agent benchmark\n\n{NOTES}\n"]
+    text = [f"# cuda-agent benchmark\n\n{convention_line(board.frame)}\n\n{NOTES}\n"]
     text += [f"## {title}\n\n{markdown_table(table)}" for title, table in sections]
     return "\n".join(text)
-
-
-def write_reports(board: Leaderboard, out_dir: str | Path) -> dict[str, Path]:
-    """leaderboard.md, leaderboard.csv (the per-level summary), problems.csv and report.html."""
-    from .report_html import write_html
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"markdown": out_dir / "leaderboard.md", "csv": out_dir / "leaderboard.csv",
-             "problems_csv": out_dir / "problems.csv", "html": out_dir / "report.html"}
-    paths["markdown"].write_text(to_markdown(board))
-    board.summary.to_csv(paths["csv"], index=False)
-    board.problems.to_csv(paths["problems_csv"], index=False)
-    write_html(board, paths["html"])
-    return paths

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .leaderboard import NOTES, Leaderboard, fast_p  # noqa: E402
+from .leaderboard import NOTES, Leaderboard, convention_line, fast_p  # noqa: E402
 
 # fast_p is drawn from p = 0 to this factor: past it few kernels remain on KernelBench.
 FAST_P_MAX = 4.0
@@ -102,12 +102,14 @@ def render_html(board: Leaderboard) -> str:
              ("Speedup distribution", speedup_histograms(board.frame)),
              ("Per-problem time", time_scatter(board.best))]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>cuda-agent benchmark</title>"
-             f"<style>{_STYLE}</style></head><body><h1>cuda-agent benchmark</h1><p>{html.escape(NOTES)}</p>",
+             f"<style>{_STYLE}</style></head><body><h1>cuda-agent benchmark</h1>"
+             f"<p><b>{html.escape(convention_line(board.frame))}</b></p><p>{html.escape(NOTES)}</p>",
              "<h2>Leaderboard</h2>", _table(board.summary),
              "<h2>fast_p by baseline</h2>", _table(board.fast_p)]
     parts += [f"<h2>{title}</h2><img alt='{title}' src='data:image/png;base64,{png}'>" for title, png in plots]
     parts += ["<h2>Reward distribution (candidates)</h2>", _table(board.rewards),
-              "<h2>Best of k per problem</h2>", _table(board.problems)]
+              "<h2>Best of k per problem</h2>", _table(board.problems),
+              "<h2>Flagged for review</h2>", _table(board.flagged)]
     if board.frame["run"].nunique() > 1:
         parts += ["<h2>Changes between runs</h2>", _table(board.changes)]
     parts += ["<h2>Environment</h2>", _table(board.environment), "</body></html>"]

@@ -1,26 +1,24 @@
-"""`cudaagent solve` and `cudaagent train` (policy/trainer/cli.py): one function per subcommand,
-registered on the main CLI's subparsers by `register`. Also runs alone: `python -m policy.cli`."""
+"""`cudaagent solve` (entry point `solve`; `train` is policy/trainer/cli.py). `register` adds both
+to a parser of this package's own: `python -m policy.cli`. Nothing heavy at module level: the
+handler imports the agent when it runs."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
-from pytest_cudaagent import EvalConfig
-from pytest_cudaagent.config import resolve_device
-from pytest_cudaagent.files import BadFileError
+from .trainer.cli import register_train
 
 
 def register(subparsers) -> None:
-    from .trainer.cli import register_train
-
-    add_solve_parser(subparsers)
+    register_solve(subparsers)
     register_train(subparsers)
 
 
-def add_solve_parser(subparsers) -> None:
+def register_solve(subparsers) -> None:
     parser = subparsers.add_parser(
         "solve", help="run the agent over problems; write candidates, trajectories and results.jsonl",
         description="Run the kernel-writing agent on each problem (a .py file or a directory of them), "
@@ -57,18 +55,35 @@ def add_solve_parser(subparsers) -> None:
     parser.add_argument("--baselines", default="eager,compile",
                         help="timing baselines, comma-separated: eager, compile, max-autotune (default eager,compile)")
     parser.add_argument("--gpus", help="evaluator GPUs, comma-separated ids (default: all visible)")
+    parser.add_argument("--convention", choices=("kernelbench", "cuda-agent"), default="kernelbench",
+                        help="whose correctness the tools and the reward follow (default kernelbench)")
     parser.add_argument("--batch", type=int, default=8, help="transformers/vllm: replies generated per batch at most")
-    parser.set_defaults(func=run_solve)
+    parser.set_defaults(func=run_solve, path_args=("problems", "out", "tokenizer"))
 
 
 def run_solve(args: argparse.Namespace) -> int:
     from rich.console import Console
+
+    from pytest_cudaagent import EvalConfig
+    from pytest_cudaagent.cli import require_extra
+    from pytest_cudaagent.config import resolve_device
+    from pytest_cudaagent.files import BadFileError
+    from pytest_cudaagent.user_paths import command_paths
 
     from .agent import AgentConfig
     from .engines import EngineError, SamplingConfig, build_engine
     from .solve import SolveConfig, find_problems, outcome_table, solve
     from .tools import ToolboxConfig
 
+    paths = command_paths(args)
+    # --model is a path for the local engines (openai: the served model's name).
+    if args.engine != "openai" and args.model and os.path.exists(args.model):
+        args.model = paths.absolute(args.model)
+    if args.engine in ("transformers", "vllm"):
+        require_extra(f"solve --engine {args.engine}", "train" if args.engine == "transformers" else "vllm",
+                      args.engine)
+    if args.tokenizer:
+        require_extra("solve --tokenizer", "train", "transformers")
     console = Console(stderr=True)
     device = args.device or resolve_device("auto")
     try:
@@ -77,9 +92,10 @@ def run_solve(args: argparse.Namespace) -> int:
         engine = build_engine(args.engine, args.model, sampling, device=device, base_url=args.base_url,
                               api_key_env=args.api_key_env, tokenizer_path=args.tokenizer, max_batch=args.batch)
     except (BadFileError, EngineError) as error:
-        console.print(f"[red]error:[/red] {error}", soft_wrap=True)
+        console.print(f"[red]error:[/red] {paths.shown(str(error))}", soft_wrap=True)
         return 2
-    eval_config = EvalConfig(device=device, baselines=tuple(b.strip() for b in args.baselines.split(",") if b.strip()))
+    eval_config = EvalConfig(device=device, baselines=tuple(b.strip() for b in args.baselines.split(",") if b.strip()),
+                             convention=args.convention)
     config = SolveConfig(
         out_dir=args.out, device=device, samples=args.samples, parallel_episodes=args.parallel,
         agent=AgentConfig(max_turns=args.turns, max_context_tokens=args.max_context,
@@ -89,12 +105,13 @@ def run_solve(args: argparse.Namespace) -> int:
     try:
         outcomes = solve(problems, engine, config, console=console)
     except BadFileError as error:
-        console.print(f"[red]error:[/red] {error}", soft_wrap=True)
+        console.print(f"[red]error:[/red] {paths.shown(str(error))}", soft_wrap=True)
         return 2
     finally:
         engine.close()
     Console().print(outcome_table(outcomes))
-    console.print(f"results: {args.out / 'results.jsonl'}  (cudaagent leaderboard {args.out / 'results.jsonl'})")
+    results = paths.shown(str(args.out / "results.jsonl"))
+    console.print(f"results: {results}  (cudaagent leaderboard {results})")
     return 0
 
 

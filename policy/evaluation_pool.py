@@ -14,10 +14,12 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from pytest_cudaagent import BadFileError, EvalConfig, Result, evaluate
+from pytest_cudaagent.lifetime import exit_when_parent_dies
 
 
-def _pin_to_gpu(gpu: str | None) -> None:
+def _start_pool_process(gpu: str | None, parent_pid: int) -> None:
     # Runs first in each fresh (spawned) worker, before anything initialises CUDA.
+    exit_when_parent_dies(parent_pid)
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
 
@@ -58,8 +60,8 @@ class EvaluationPool:
             slots = [None]
         context = multiprocessing.get_context("spawn")
         self._executors = [
-            ProcessPoolExecutor(evaluations_per_gpu, mp_context=context, initializer=_pin_to_gpu,
-                                initargs=(gpu,))
+            ProcessPoolExecutor(evaluations_per_gpu, mp_context=context, initializer=_start_pool_process,
+                                initargs=(gpu, os.getpid()))
             for gpu in slots
         ]
         self.slots = slots

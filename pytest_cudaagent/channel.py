@@ -11,6 +11,8 @@ from pathlib import Path
 import psutil
 import torch.multiprocessing as torch_mp
 
+from .lifetime import lead_session_and_reap_it
+
 
 class WorkerTimeout(Exception):
     pass
@@ -34,7 +36,9 @@ class WorkerFailure(Exception):
 
 class Worker:
     """A spawned child running `target(conn, spec)`. Requests and replies travel on a pipe that
-    only the two processes hold; stdout and stderr go to a log file, never to the verdict."""
+    only the two processes hold; stdout and stderr go to a log file, never to the verdict.
+    The child and everything it starts die with the thread that made the Worker (see lifetime),
+    so a Worker is closed by the thread that opened it."""
 
     def __init__(self, target, spec: dict, memory_cap_gb: float, env: dict[str, str] | None = None):
         self._log_dir = tempfile.TemporaryDirectory(prefix="cudaagent-")
@@ -42,7 +46,7 @@ class Worker:
         spec = {**spec, "log_path": str(self.log_path), "env": env or {}}
         context = torch_mp.get_context("spawn")
         self.conn, child_conn = context.Pipe()
-        self.process = context.Process(target=target, args=(child_conn, spec), daemon=True)
+        self.process = context.Process(target=_child_main, args=(target, child_conn, spec, os.getpid()), daemon=True)
         self.process.start()
         child_conn.close()
         self.memory_cap_bytes = memory_cap_gb * 1024**3
@@ -123,6 +127,11 @@ class Worker:
         self.kill()
         self.conn.close()
         self._log_dir.cleanup()
+
+
+def _child_main(target, conn, spec: dict, parent_pid: int) -> None:
+    lead_session_and_reap_it(parent_pid)
+    target(conn, spec)
 
 
 def redirect_stdio(log_path: str) -> None:

@@ -1,27 +1,45 @@
-"""`cudaagent` command line. `verify` lives here; other packages add their subcommands through
-`register(subparsers)` in their own cli.py."""
+"""The `cudaagent` command. Its subcommands are entry points of the group `cudaagent.commands`
+(pyproject.toml): each names a `register(subparsers)` function in the package that owns the
+command (`verify` is this one's). Only the command named on the command line is loaded, so
+`cudaagent verify` imports nothing of benchmark, policy or synthesis, and a command whose
+package needs an optional extra says which one instead of failing on an import."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.metadata
 import sys
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from .config import EvalConfig
+from .config import (
+    BACKEND_HELP,
+    BACKEND_PRESETS,
+    BASELINE_MODES,
+    CONVENTIONS,
+    TOLERANCE_PRESETS,
+    EvalConfig,
+)
 from .evaluate import evaluate
 from .files import BadFileError
 from .result import Result
+from .user_paths import command_paths
 
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+COMMANDS_GROUP = "cudaagent.commands"
+# The order `cudaagent --help` lists the commands in (installed metadata sorts them by name);
+# a command not named here comes last.
+HELP_ORDER = ("verify", "bench", "leaderboard", "baselines", "synth", "solve", "train")
 
 
 def render_result(result: Result, console: Console) -> None:
     colour = "green" if result.passed else "red"
     console.print(f"[bold {colour}]{result.status.upper()}[/]  reward {result.reward:g}  "
-                  f"{Path(result.problem).name} <- {Path(result.candidate).name}  ({result.device})")
+                  f"{Path(result.problem).name} <- {Path(result.candidate).name}  ({result.device}, "
+                  f"convention {result.convention})")
     if result.error and not result.passed:
         console.print(f"  {result.error}")
     for violation in result.violations:
@@ -56,7 +74,8 @@ def _number(value) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
-def _add_verify(subparsers) -> None:
+def register(subparsers) -> None:
+    """`cudaagent verify` (entry point `verify`)."""
     parser = subparsers.add_parser("verify", help="verify and time one candidate against its problem")
     parser.add_argument("problem", help="problem .py (Model, get_inputs, get_init_inputs)")
     parser.add_argument("candidate", help="candidate .py (ModelNew) or CUDA-Agent workspace directory")
@@ -66,7 +85,12 @@ def _add_verify(subparsers) -> None:
                         help="comma-separated: eager, compile, max-autotune; empty for none")
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
     parser.add_argument("--policy", choices=("strict", "permissive"), default="strict")
-    parser.add_argument("--tolerance", choices=("default", "strict"), default="default")
+    parser.add_argument("--tolerance", choices=sorted(TOLERANCE_PRESETS), default="default",
+                        help="default: fp32 at 1e-2 (KernelBench v0.1, the paper); kernelbench-main: fp32 at 1e-4; strict")
+    parser.add_argument("--convention", choices=CONVENTIONS, default="kernelbench",
+                        help="kernelbench (default): both models as constructed, built after the same seed; "
+                             "cuda-agent: eval mode, strict state_dict load (README, Conventions)")
+    parser.add_argument("--backend", choices=BACKEND_PRESETS, default="pytorch-default", help=BACKEND_HELP)
     parser.add_argument("--audit-timed-calls", action="store_true",
                         help="run the operator audit on every timed call too (adds ~25 us per call on an H100)")
     parser.add_argument("--count-launch", action="store_true",
@@ -74,28 +98,31 @@ def _add_verify(subparsers) -> None:
                              "(default: hidden under the L2 flush when all work is on one stream)")
     parser.add_argument("--output", help="write the Result as JSON to this file")
     parser.add_argument("--json", action="store_true", help="print the Result as JSON instead of the summary")
-    parser.set_defaults(func=run_verify)
+    parser.set_defaults(func=run_verify, path_args=("problem", "candidate", "output"))
 
 
 def run_verify(args) -> int:
+    paths = command_paths(args)
     if args.trials < 1:
         print("cudaagent verify: --trials must be at least 1", file=sys.stderr)
         return EXIT_USAGE
     baselines = tuple(name.strip() for name in args.baselines.split(",") if name.strip())
-    unknown = set(baselines) - {"eager", "compile", "max-autotune"}
+    unknown = set(baselines) - set(BASELINE_MODES)
     if unknown:
-        print(f"cudaagent verify: unknown baseline(s) {sorted(unknown)}; use eager, compile, max-autotune", file=sys.stderr)
+        print(f"cudaagent verify: unknown baseline(s) {sorted(unknown)}; use {', '.join(BASELINE_MODES)}", file=sys.stderr)
         return EXIT_USAGE
     config = EvalConfig(device=args.device, trials=args.trials, timing=not args.no_timing,
-                        baselines=baselines, policy=args.policy, tolerance=args.tolerance)
+                        baselines=baselines, policy=args.policy, tolerance=args.tolerance,
+                        convention=args.convention, backend=args.backend)
     config.timing_config.audit_timed_calls = args.audit_timed_calls
     config.timing_config.overlap_launch = not args.count_launch
     try:
         result = evaluate(args.problem, args.candidate, config)
     except BadFileError as error:
-        print(f"cudaagent verify: {error}", file=sys.stderr)
+        print(f"cudaagent verify: {paths.shown(str(error))}", file=sys.stderr)
         return EXIT_USAGE
     if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(result.to_json(indent=1) + "\n")
     if args.json:
         print(result.to_json(indent=1))
@@ -104,25 +131,45 @@ def run_verify(args) -> int:
     return EXIT_PASSED if result.passed else EXIT_FAILED
 
 
-def build_parser() -> argparse.ArgumentParser:
+def require_extra(command: str, extra: str, *modules: str) -> None:
+    """Exits 2 with one line naming the pip extra when one of `modules` cannot be imported; a
+    command calls it before the code that needs them."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            print(f"cudaagent {command} needs the {extra} extra: pip install 'cuda-agent[{extra}]'",
+                  file=sys.stderr)
+            raise SystemExit(EXIT_USAGE) from None
+
+
+def command_entry_points(wanted: str | None = None) -> list[importlib.metadata.EntryPoint]:
+    """The registered commands, in HELP_ORDER: only `wanted` when it is one of them."""
+    found = sorted(importlib.metadata.entry_points(group=COMMANDS_GROUP),
+                   key=lambda entry: (HELP_ORDER + (entry.name,)).index(entry.name))
+    chosen = [entry for entry in found if entry.name == wanted]
+    return chosen or found
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cudaagent", description="Check, time, benchmark and train agents that write CUDA kernels")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    _add_verify(subparsers)
-    # Imported here, not at the top: `cudaagent verify` should not pay for pandas or transformers.
-    from benchmark.cli import register as register_benchmark
-    from policy.cli import register as register_policy
-    from synthesis.cli import register as register_synthesis
-
-    register_benchmark(subparsers)
-    register_synthesis(subparsers)
-    register_policy(subparsers)
+    argv = sys.argv[1:] if argv is None else argv
+    first = next((word for word in argv if not word.startswith("-")), None)
+    entries = command_entry_points(first)
+    if not entries:
+        parser.error(f"no {COMMANDS_GROUP} entry points are installed; reinstall the package "
+                     "(pip install -e . in a checkout)")
+    for entry in entries:
+        entry.load()(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
+    # Before any command runs elsewhere (a pytest subprocess, a workspace): paths are the caller's.
+    command_paths(args)
     return args.func(args)
 
 

@@ -20,6 +20,19 @@ def describe(value: object) -> str:
     return type(value).__name__
 
 
+def same_values(before: torch.Tensor, after: object) -> bool:
+    """Exactly equal, NaN meeting NaN included."""
+    if type(after) is not torch.Tensor or after.shape != before.shape or after.dtype != before.dtype:
+        return False
+    if before.is_floating_point():
+        return bool(((before == after) | (before.isnan() & after.isnan())).all())
+    return bool(torch.equal(before, after))
+
+
+def scaled(tolerances: dict[str, Tolerance], factor: float) -> dict[str, Tolerance]:
+    return {dtype: Tolerance(t.atol * factor, t.rtol * factor) for dtype, t in tolerances.items()}
+
+
 def compare_outputs(
     index: int,
     expected: list[object],

@@ -8,14 +8,17 @@ happen here, where the candidate's code never runs.
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 
 import torch
 
+from .backend_settings import BackendSettings, diff
 from .baseline_cache import BaselineCache
+from .baseline_spread import steadiest, unstable_warning
 from .channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
-from .compare import as_output_list, compare_outputs
+from .compare import as_output_list, compare_outputs, same_values, scaled
 from .config import EvalConfig
 from .envinfo import collect_env
 from .fast_build import pch_dir, prepare_pch
@@ -25,6 +28,7 @@ from .result import Result, TimingStats, Violation
 from .reward import milestone_reward
 from .rules import get_policy
 from .static_scan import scan_candidate
+from .timer import fresh_call_count
 from .worker import candidate_main, reference_main
 
 
@@ -49,7 +53,8 @@ class Evaluation:
         self.config = config
         self.device = device
         self.policy = get_policy(config.policy)
-        self.result = Result(str(problem), str(candidate.path), device=device, env=collect_env(device))
+        self.result = Result(str(problem), str(candidate.path), device=device, env=collect_env(device),
+                             convention=config.convention)
         self.extensions_dir = candidate.extensions_dir(config.cache_dir)
         self.protected_hashes = candidate.protected_hashes(problem)
 
@@ -67,15 +72,18 @@ class Evaluation:
             reference = self._phase("reference", lambda: reference_worker.request(
                 ("prepare", self._set_count()), self.config.run_timeout_s), worker=reference_worker,
                 problem_side=True)
+            result.backend_settings = {"configured": reference["backend_settings"]}
             self._phase("build", lambda: candidate_worker.receive(self.config.build_timeout_s))
-            self._phase("construct", lambda: candidate_worker.request(
-                ("construct", reference["init_inputs"], reference["state_dict"]), self.config.run_timeout_s))
+            constructed = self._phase("construct", lambda: candidate_worker.request(
+                ("construct", reference["init_inputs"], reference["state_dict"], reference["seed"]),
+                self.config.run_timeout_s))
+            result.weights = constructed["weights"]
             trial_sets = reference["sets"][: self.config.trials]
-            self._phase("correctness", lambda: self._check_trials(candidate_worker, trial_sets))
+            self._phase("correctness", lambda: self._check_trials(candidate_worker, reference_worker, trial_sets))
             self._confirm_static(static)
             if self._ok_so_far() and self.config.timing:
-                timing_sets = reference["sets"][self.config.trials:]
-                self._phase("timing", lambda: self._time_candidate(candidate_worker, timing_sets))
+                warm_sets = reference["sets"][self.config.trials:]
+                self._phase("timing", lambda: self._time_candidate(candidate_worker, reference_worker, warm_sets))
                 candidate_worker.close()  # free its GPU memory before the baselines run
                 candidate_worker = None
                 if self._ok_so_far():
@@ -152,53 +160,102 @@ class Evaluation:
 
     # -- correctness ----------------------------------------------------------------------------
 
-    def _check_trials(self, worker: Worker, trial_sets: list[dict]) -> None:
+    def _check_trials(self, worker: Worker, reference_worker: Worker, trial_sets: list[dict]) -> None:
         tolerances = self.config.tolerances()
         for index, trial_set in enumerate(trial_sets):
             # A private copy: tensors cross the pipe in shared memory, so what the candidate writes
             # into its inputs would otherwise also change the pristine copy kept here.
             candidate_inputs = [t.clone() if isinstance(t, torch.Tensor) else t for t in trial_set["inputs"]]
-            reply = worker.request(("forward", candidate_inputs, _nbytes(trial_set["outputs"])),
+            reply = worker.request(("forward", candidate_inputs, _nbytes(trial_set["outputs"]), trial_set["seed"]),
                                    self.config.run_timeout_s)
             self._add_violations(reply["violations"] + reply["findings"])
+            self._note_output_reuse(reply["reused"])
             self._note_precision(reply["precision"])
             for position, (before, after) in enumerate(zip(trial_set["inputs"], reply["inputs_after"], strict=True)):
-                if isinstance(before, torch.Tensor) and not _same_values(before, after):
+                if isinstance(before, torch.Tensor) and not same_values(before, after):
                     self._add_violations([Violation("input_mutation", f"forward changed input {position}")])
             outputs = reply["outputs"]
             trial = compare_outputs(index, trial_set["outputs"], outputs, tolerances)
             if None in outputs:
                 trial.correct, trial.error = False, "an output could not be read (see violations)"
+            elif not trial.correct and not self._reference_repeats_itself(reference_worker, index):
+                self.result.nondeterministic_trials.append(index)
             self.result.trials.append(trial)
         self.result.correct = all(trial.correct for trial in self.result.trials)
 
+    def _reference_repeats_itself(self, reference_worker: Worker, index: int) -> bool:
+        """Asked only when the candidate disagrees: does the reference agree with itself under
+        the same seed? If not, the trial cannot judge anyone."""
+        reply = self._phase("reference", lambda: reference_worker.request(
+            ("repeats_itself", index), self.config.run_timeout_s), worker=reference_worker, problem_side=True)
+        return reply["deterministic"]
+
+    def _note_output_reuse(self, reused: list[Violation]) -> None:
+        """Storage handed out and overwritten later: a caller holding results sees them change.
+        The strict policy rejects it; the permissive one (KernelBench's) reports it."""
+        if self.policy.reject_output_reuse:
+            self._add_violations(reused)
+        else:
+            self._add_warnings(reused)
+
     # -- timing ---------------------------------------------------------------------------------
 
-    def _time_candidate(self, worker: Worker, timing_sets: list[dict]) -> None:
-        private_sets = [[t.clone() if isinstance(t, torch.Tensor) else t for t in s["inputs"]] for s in timing_sets]
-        reply = worker.request(("time", private_sets), self.config.run_timeout_s)
+    def _time_candidate(self, worker: Worker, reference_worker: Worker, warm_sets: list[dict]) -> None:
+        timing = self.config.timing_config
+        warm = worker.request(("warm", [s["inputs"] for s in warm_sets]), self.config.run_timeout_s)
+        self._add_violations(warm["findings"])
+        self._note_precision(warm["precision"])
+        self.result.kernels = warm["kernel_names"]
+        set_bytes = sum(_nbytes(warm_sets[0]["inputs"]) + _nbytes(warm_sets[0]["outputs"]))
+        timed_count = fresh_call_count(warm["per_call_ms"], set_bytes, timing)
+        audited_count = max(1, timing.rotating_inputs)
+        fresh = self._phase("reference", lambda: reference_worker.request(
+            ("fresh_sets", timed_count + audited_count), self.config.run_timeout_s),
+            worker=reference_worker, problem_side=True)["sets"]
+        timed_sets, audited_sets = fresh[:timed_count], fresh[timed_count:]
+        reply = worker.request(("time", [_for_candidate(s) for s in timed_sets],
+                                [_for_candidate(s) for s in audited_sets]), self.config.run_timeout_s)
         self._add_violations(reply["findings"])
         self._note_precision(reply["precision"])
-        self.result.kernels = reply["kernel_names"]
-        for label, outputs in (("timed", reply["final_outputs"]), ("audited", reply["audited_outputs"])):
-            for index, (timing_set, output) in enumerate(zip(timing_sets, outputs, strict=True)):
-                check = compare_outputs(index, timing_set["outputs"], as_output_list(output), self.config.tolerances())
-                if not check.correct:
-                    self._add_violations([Violation(
-                        "timed_output", f"a {label} call returned a wrong result ({check.error}): "
-                        "work skipped, cached or changed when timed")])
-                    break
-        stats = TimingStats.from_samples(reply["samples_ms"], reply["device_ms"], reply.get("launch_overlapped"))
+        self._note_backend_settings(reply["backend_settings"])
+        self._check_timed_outputs("timed", timed_sets, reply["timed_outputs"])
+        self._check_timed_outputs("audited", audited_sets, reply["audited_outputs"])
+        stats = TimingStats.from_samples(reply["samples_ms"], warm["device_ms"], warm["launch_overlapped"])
         self.result.timing["candidate"] = stats
         if self.device == "cuda":
-            self._check_kernels(reply)
-            span = reply["device_span_ms"]
-            # Bare timed calls cannot finish before the kernels they launch: faster than the
-            # kernels seen while watched means another code path runs when nobody watches.
-            if span and stats.median_ms < 0.8 * span:
-                self._add_violations([Violation(
-                    "timing_inconsistent", f"timed calls took {stats.median_ms:.4f} ms, less than the "
-                    f"{span:.4f} ms its kernels span when profiled")])
+            self._check_kernels(warm)
+            self._check_busy_time(stats.median_ms, warm["device_busy_ms"])
+        else:
+            self._check_watched_time(stats.median_ms, reply)
+
+    def _check_timed_outputs(self, label: str, fresh_sets: list[dict], outputs: list[list]) -> None:
+        """Every checked call is judged on the values it produced (copied right after it)."""
+        for index, (fresh, output) in enumerate(zip(fresh_sets, outputs, strict=True)):
+            verdict = judge_checked_call(f"{label} call {index} of {len(fresh_sets)}", fresh["outputs"],
+                                         as_output_list(output), self.config.tolerances(), self.config.timing_config)
+            if verdict is not None and verdict.rule == "numerical_difference":
+                self._add_warnings([verdict])
+            elif verdict is not None:
+                self._add_violations([verdict])
+                return
+
+    def _check_busy_time(self, bare_median_ms: float, busy_ms: float | None) -> None:
+        """GPU: bare timed calls cannot finish before their kernels have run. The bound is the
+        profiled calls' busy time (union of kernel intervals), not their span: under the audit
+        and the profiler a forward of many small launches has long gaps between kernels."""
+        bound = self.config.timing_config.inconsistent_busy_fraction * (busy_ms or 0.0)
+        if busy_ms and bare_median_ms < bound:
+            self._add_violations([Violation(
+                "timing_inconsistent", f"timed calls took {bare_median_ms:.4f} ms, less than the {busy_ms:.4f} ms "
+                "its kernels kept the GPU busy when profiled: another code path runs when unwatched")])
+
+    def _check_watched_time(self, bare_median_ms: float, reply: dict) -> None:
+        """CPU (no profiler): bare calls against the audited calls' time, less the most the watch
+        can cost for the operators and Python calls it saw in them."""
+        violation = watched_time_violation(bare_median_ms, reply["audited_ms"], reply["audited_operators"],
+                                           reply["audited_python_calls"], self.config.timing_config)
+        if violation is not None:
+            self._add_violations([violation])
 
     def _check_kernels(self, reply: dict) -> None:
         foreign = foreign_kernels(reply["kernel_names"], reply["own_kernel_names"], self.policy)
@@ -208,18 +265,43 @@ class Evaluation:
         if self.policy.require_own_kernel and reply["kernel_names"] and not own_ran:
             self._add_violations([Violation("no_custom_kernel", "no kernel of the candidate's own ran in forward")])
 
+    def _note_backend_settings(self, timed_under: dict) -> None:
+        """The settings the candidate was timed under, which the baselines are timed under too;
+        any it changed from the run's are named."""
+        settings = self.result.backend_settings
+        settings["candidate"] = timed_under
+        changed = diff(BackendSettings(settings["configured"]), BackendSettings(timed_under))
+        if changed:
+            self._add_warnings([Violation("backend_settings_changed", "; ".join(changed)
+                                          + "; the baselines are timed under them too")])
+
     def _time_baselines(self, worker: Worker) -> None:
+        """Each baseline under the settings the candidate was timed under (cached by them,
+        measured on first need), re-measured while its spread is too wide to divide by."""
         cache = BaselineCache(self.config.cache_dir)
+        timing = self.config.timing_config
         indices = list(range(self.config.trials, self._set_count()))
+        settings = self.result.backend_settings["candidate"]
+
+        def measure(mode: str) -> TimingStats:
+            reply = worker.request(("baseline", mode, indices, settings), self.config.run_timeout_s)
+            if reply["backend_settings"] != settings:
+                unreached = diff(BackendSettings(settings), BackendSettings(reply["backend_settings"]))
+                self._add_warnings([Violation("backend_settings_changed", f"the {mode} baseline could not be timed "
+                                              f"under the candidate's settings: {'; '.join(unreached)}")])
+            return TimingStats.from_samples(reply["samples_ms"], reply["device_ms"], reply.get("launch_overlapped"))
+
         for mode in self.config.baselines:
-            key = cache.key(self.problem, self.device, mode, self.config.timing_config)
+            key = cache.key(self.problem, self.device, mode, timing, self.config.convention, settings)
             with cache.lock(key):
                 stats = cache.get(key)
                 if stats is None:
-                    reply = worker.request(("baseline", mode, indices), self.config.run_timeout_s)
-                    stats = TimingStats.from_samples(reply["samples_ms"], reply["device_ms"], reply.get("launch_overlapped"))
-                    cache.put(key, stats, self.problem, self.device, mode)
+                    stats = steadiest(lambda mode=mode: measure(mode), timing)
+                    cache.put(key, stats, self.problem, self.device, mode, settings)
             self.result.timing[mode] = stats
+            warning = unstable_warning(mode, stats, timing)
+            if warning:
+                self._add_warnings([warning])
 
     # -- verdict --------------------------------------------------------------------------------
 
@@ -227,6 +309,11 @@ class Evaluation:
         for violation in violations:
             if violation not in self.result.violations:
                 self.result.violations.append(violation)
+
+    def _add_warnings(self, warnings: list[Violation]) -> None:
+        for warning in warnings:
+            if warning not in self.result.warnings:
+                self.result.warnings.append(warning)
 
     def _note_precision(self, signs: list[str]) -> None:
         """Lower precision is always reported; the strict policy also rejects it."""
@@ -254,8 +341,13 @@ class Evaluation:
             self.result.error = f"{self.result.violations[0].rule}: {self.result.violations[0].detail}"
         elif not self.result.correct:
             failing = next(trial for trial in self.result.trials if not trial.correct)
-            self.result.status = "incorrect"
-            self.result.error = f"trial {failing.index}: {failing.error}"
+            if failing.index in self.result.nondeterministic_trials:
+                self.result.status = "nondeterministic_reference"
+                self.result.error = (f"trial {failing.index}: {failing.error}; the reference itself gives another "
+                                     "answer under the same seed, so this trial cannot judge the candidate")
+            else:
+                self.result.status = "incorrect"
+                self.result.error = f"trial {failing.index}: {failing.error}"
         else:
             self.result.status = "passed"
 
@@ -288,12 +380,42 @@ class _Stop(Exception):
     """Ends the evaluation early; the Result already says why."""
 
 
-def _same_values(before: torch.Tensor, after: torch.Tensor) -> bool:
-    if type(after) is not torch.Tensor or after.shape != before.shape or after.dtype != before.dtype:
-        return False
-    if before.is_floating_point():
-        return bool(((before == after) | (before.isnan() & after.isnan())).all())
-    return bool(torch.equal(before, after))
+def judge_checked_call(label: str, expected: list, actual: list, tolerances: dict, timing) -> Violation | None:
+    """None when right. Wrong beyond a numerical difference: `timed_output` (work skipped,
+    cached or changed when timed). A few elements just outside tolerance (at most
+    `numerical_max_fraction` of them, all within `numerical_tolerance_factor` times it):
+    `numerical_difference`, a warning, since one more trial can land there honestly."""
+    check = compare_outputs(0, expected, actual, tolerances)
+    if check.correct:
+        return None
+    loose = compare_outputs(0, expected, actual, scaled(tolerances, timing.numerical_tolerance_factor))
+    few = bool(check.numel) and check.mismatches <= max(1, timing.numerical_max_fraction * check.numel)
+    if loose.correct and few:
+        return Violation("numerical_difference", f"{label}: {check.error}; within {timing.numerical_tolerance_factor:g}x "
+                         "the tolerance, a numerical difference, not skipped work")
+    return Violation("timed_output", f"{label} returned a wrong result ({check.error}): work skipped, cached or "
+                     "changed when timed")
+
+
+def watched_time_violation(bare_median_ms: float, audited_ms: list[float], operators: float,
+                           python_calls: float, timing) -> Violation | None:
+    """timing_inconsistent on the CPU: bare calls faster than `cpu_inconsistent_fraction` of the
+    watched calls' time less a bound on what the watch costs (config.py says why so loose)."""
+    if not audited_ms:
+        return None
+    watched_ms = statistics.median(audited_ms)
+    watch_cost_ms = operators * timing.cpu_audit_ms_per_op + python_calls * timing.cpu_audit_ms_per_call
+    unwatched_work_ms = watched_ms - watch_cost_ms
+    if unwatched_work_ms > 0 and bare_median_ms < timing.cpu_inconsistent_fraction * unwatched_work_ms:
+        return Violation("timing_inconsistent", f"timed calls took {bare_median_ms:.4f} ms; watched calls took "
+                         f"{watched_ms:.4f} ms, of which at most {watch_cost_ms:.4f} ms was the watch: another "
+                         "code path runs when unwatched")
+    return None
+
+
+def _for_candidate(fresh_set: dict) -> dict:
+    """What the candidate gets of a fresh set: its inputs and seed, never the reference's answer."""
+    return {"inputs": fresh_set["inputs"], "seed": fresh_set["seed"]}
 
 
 def _nbytes(outputs: list) -> list[int]:

@@ -33,6 +33,9 @@ class Findings:
     def __init__(self) -> None:
         self._seen: dict[tuple[str, str], Violation] = {}
         self.precision: set[str] = set()
+        # What the watch saw, so the cost of watching can be bounded (timing_inconsistent, CPU).
+        self.operators_seen = 0
+        self.python_calls_seen = 0
 
     def add(self, rule: str, detail: str) -> None:
         self._seen.setdefault((rule, detail), Violation(rule, detail))
@@ -78,6 +81,7 @@ class _OperatorAudit(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        self.findings.operators_seen += 1
         namespace, name = _op_names(func)
         if namespace in ("aten", "prims"):
             if name in ("_to_copy", "copy_", "to") and self._moves_to_host(func, args, kwargs):
@@ -128,6 +132,8 @@ class _HostLibraryWatch:
         return not module.startswith(_INTERNAL_MODULES)
 
     def __call__(self, frame, event, arg):
+        if event in ("call", "c_call"):
+            self.findings.python_calls_seen += 1
         if event == "c_call":
             name = getattr(arg, "__name__", "")
             if name in _TENSOR_EXPORTS and isinstance(getattr(arg, "__self__", None), torch.Tensor):

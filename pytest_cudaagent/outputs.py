@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .compare import as_output_list, describe
+from .compare import as_output_list, describe, same_values
 from .result import Violation
 
 
@@ -32,3 +32,17 @@ def inspect_outputs(outputs: object, inputs: list, device: str) -> dict:
         else:
             copies.append(value)
     return {"outputs": copies, "output_types": [describe(v) for v in values], "violations": violations}
+
+
+def storage_changes(held_outputs: object, copies: list) -> list[Violation]:
+    """`held_outputs`, returned by an earlier call and held since, against the copies taken right
+    after that call: a change means a later call wrote into storage already handed out (a
+    persistent output buffer, a CUDA graph's static output)."""
+    changed = []
+    for position, (value, copy) in enumerate(zip(as_output_list(held_outputs), copies, strict=False)):
+        if type(value) is torch.Tensor and isinstance(copy, torch.Tensor) and value.numel():
+            if not same_values(copy, value.detach().to("cpu")):
+                changed.append(Violation(
+                    "output_reused", f"forward returned output {position} in storage that a later call overwrote; "
+                    "a caller holding an earlier result sees it change"))
+    return changed

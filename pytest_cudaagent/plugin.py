@@ -6,19 +6,23 @@ is pinned to one GPU before CUDA starts, and timings take a per-GPU lock (locks.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import warnings
 from pathlib import Path
 
 import pytest
 
-from .config import EvalConfig
+from .config import BACKEND_HELP, EvalConfig
 from .evaluate import evaluate
 from .files import BadFileError
 from .gpu_pinning import pin_xdist_worker_to_gpu
+from .lifetime import die_with_parent_from_env
 from .pairing import Pair, pair_directory
 from .result import Result
 from .results_file import append_result, done_keys
+from .user_paths import TypedPaths
 
 _OPTIONS = [
     # (option, ini name, default, help)
@@ -33,10 +37,16 @@ _OPTIONS = [
     ("--cudaagent-baselines", "cudaagent_baselines", "eager,compile", "baselines to time: eager, compile, max-autotune (comma-separated; empty for none)"),
     ("--cudaagent-no-timing", "cudaagent_no_timing", False, "check correctness only"),
     ("--cudaagent-policy", "cudaagent_policy", "strict", "anti-hacking policy: strict (the paper's rules) or permissive (KernelBench's)"),
-    ("--cudaagent-tolerance", "cudaagent_tolerance", "default", "tolerance preset: default (atol=rtol=1e-2 for fp32) or strict"),
+    ("--cudaagent-tolerance", "cudaagent_tolerance", "default", "tolerance preset: default (atol=rtol=1e-2 for fp32), kernelbench-main (1e-4) or strict"),
+    ("--cudaagent-convention", "cudaagent_convention", "kernelbench", "whose correctness convention: kernelbench (models as constructed, same seed) or cuda-agent (eval mode, strict state_dict load)"),
+    ("--cudaagent-config", "cudaagent_config", None, "an EvalConfig as JSON (EvalConfig.to_dict) for the settings without an option of their own: timeouts, timing budgets, reward thresholds, cache dir; the options above still decide theirs"),
+    ("--cudaagent-backend", "cudaagent_backend", "pytorch-default", BACKEND_HELP),
 ]
 _FLAGS = {"--cudaagent-resume", "--cudaagent-no-timing"}
+_PATHS = ("--cudaagent-problem", "--cudaagent-candidate", "--cudaagent-problems", "--cudaagent-candidates",
+          "--cudaagent-results", "--cudaagent-config")
 RESULT_PROPERTY = "cudaagent_result"
+PATHS = pytest.StashKey[tuple[dict, TypedPaths]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -51,6 +61,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _setting(config: pytest.Config, option: str):
+    if option in _PATHS:
+        return config.stash[PATHS][0][option]
     value = config.getoption(option.lstrip("-").replace("-", "_"))
     if value is None:
         ini_name = option.lstrip("-").replace("-", "_")
@@ -58,21 +70,49 @@ def _setting(config: pytest.Config, option: str):
     return value
 
 
+def _absolute_paths(config: pytest.Config) -> tuple[dict, TypedPaths]:
+    """The path options, absolute before any test can change directory: a command-line value
+    against the directory pytest started in, an ini value against the ini file's directory
+    (pytest's own rule for paths in ini files)."""
+    typed = TypedPaths(config.invocation_params.dir)
+    ini_dir = config.inipath.parent if config.inipath else config.rootpath
+    values = {}
+    for option in _PATHS:
+        name = option.lstrip("-").replace("-", "_")
+        given, from_ini = config.getoption(name), config.getini(name)
+        values[option] = (typed.absolute(given) if given is not None else
+                          typed.absolute(from_ini, ini_dir) if from_ini else None)
+    return values, typed
+
+
 def config_from_pytest(config: pytest.Config) -> EvalConfig:
     baselines = str(_setting(config, "--cudaagent-baselines") or "")
-    return EvalConfig(
+    config_file = _setting(config, "--cudaagent-config")
+    base = EvalConfig.from_dict(json.loads(Path(config_file).read_text())) if config_file else EvalConfig()
+    return dataclasses.replace(
+        base,
         device=_setting(config, "--cudaagent-device"),
         trials=int(_setting(config, "--cudaagent-trials")),
         timing=not _setting(config, "--cudaagent-no-timing"),
         baselines=tuple(name.strip() for name in baselines.split(",") if name.strip()),
         policy=_setting(config, "--cudaagent-policy"),
         tolerance=_setting(config, "--cudaagent-tolerance"),
+        convention=_setting(config, "--cudaagent-convention"),
+        backend=_setting(config, "--cudaagent-backend"),
     )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     # Before anything in this worker starts CUDA: one GPU per xdist worker.
     pin_xdist_worker_to_gpu(os.environ.get("PYTEST_XDIST_WORKER"))
+    config.stash[PATHS] = _absolute_paths(config)
+    config_file = _setting(config, "--cudaagent-config")
+    if config_file and not Path(config_file).is_file():
+        raise pytest.UsageError(config.stash[PATHS][1].shown(
+            f"--cudaagent-config {config_file}: no such file; write one from EvalConfig.to_dict()"))
+    # A controller started by `cudaagent bench` dies with it, and xdist workers with their
+    # controller, so no evaluation runs on after the run that asked for it is gone.
+    die_with_parent_from_env()
     config.addinivalue_line("markers", "cudaagent: a candidate kernel evaluated against its problem")
 
 
@@ -88,7 +128,7 @@ def _requested_pairs(config: pytest.Config) -> list[Pair]:
         try:
             pairs += pair_directory(Path(problems), Path(candidates))
         except FileNotFoundError as error:
-            raise pytest.UsageError(str(error)) from None
+            raise pytest.UsageError(config.stash[PATHS][1].shown(str(error))) from None
     return pairs
 
 
@@ -106,7 +146,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if pairs:
         drop_default_tests(config, items)
     results_path = _setting(config, "--cudaagent-results")
-    skip = done_keys(results_path) if results_path and _setting(config, "--cudaagent-resume") else set()
+    skip, skipped = done_keys(results_path) if results_path and _setting(config, "--cudaagent-resume") else (set(), "")
+    if skipped:
+        warnings.warn(pytest.PytestWarning(skipped), stacklevel=2)
     for pair in pairs:
         if pair.key not in skip:
             items.append(CandidateItem.from_parent(session, name=f"cudaagent::{pair.name}", pair=pair))

@@ -7,7 +7,8 @@ import re
 from .files import Candidate
 from .rules import ALLOWED_TORCH_KERNELS, LIBRARY_KERNELS, Policy
 
-_LOWER_PRECISION = re.compile(r"tf32|bf16|f16|fp16|half|hmma|h884|h1688|s1688|s16816", re.IGNORECASE)
+_HALF_PRECISION = re.compile(r"bf16|f16|fp16|half|hmma|h884|h1688", re.IGNORECASE)
+_TF32 = re.compile(r"tf32|s1688|s16816", re.IGNORECASE)
 
 
 _GLOBAL_FUNCTION = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)")
@@ -61,5 +62,9 @@ def foreign_kernels(kernel_names: list[str], own_names: list[str], policy: Polic
     return foreign
 
 
-def precision_flags(kernel_names: list[str]) -> set[str]:
-    return {f"lower-precision kernel: {name[:120]}" for name in kernel_names if _LOWER_PRECISION.search(name)}
+def precision_flags(kernel_names: list[str], tf32_allowed: bool = False) -> set[str]:
+    """Kernels whose names say half precision, or TF32 when the run's own backend settings do not
+    allow it (under pytorch-default cuDNN picks TF32 convolutions for the eager baseline too: a
+    candidate's switch to TF32 beyond the settings is caught by backend_settings instead)."""
+    return {f"lower-precision kernel: {name[:120]}" for name in kernel_names
+            if _HALF_PRECISION.search(name) or (not tf32_allowed and _TF32.search(name))}

@@ -7,7 +7,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-STATUSES = ("passed", "incorrect", "build_error", "runtime_error", "timeout", "crashed", "violation")
+# nondeterministic_reference: the candidate disagreed on a trial where the reference disagrees
+# with itself under the same seed, so nobody can be judged on it.
+STATUSES = ("passed", "incorrect", "build_error", "runtime_error", "timeout", "crashed", "violation",
+            "nondeterministic_reference")
 
 
 @dataclass
@@ -69,9 +72,17 @@ class Result:
     log: str = ""  # tail of the child's stdout/stderr, for build errors and crashes
     kernels: list[str] = field(default_factory=list)  # GPU kernels seen in the profiled calls
     precision: list[str] = field(default_factory=list)  # lower-precision signs seen (tf32, fp16)
+    # {"configured": the run's preset, "candidate": in force when the candidate was timed, which
+    # the baselines were timed under too}: knob name -> value (backend_settings.py).
+    backend_settings: dict[str, dict] = field(default_factory=dict)
     env: dict[str, Any] = field(default_factory=dict)
     phase_seconds: dict[str, float] = field(default_factory=dict)  # build, correctness, timing...
     device: str = "cpu"
+    convention: str = "kernelbench"  # whose "correct" the verdict follows (config.CONVENTIONS)
+    # The reference's weights brought into the candidate: {"copied", "reference_entries",
+    # "candidate_entries"} (conventions.load_reference_weights).
+    weights: dict[str, int] = field(default_factory=dict)
+    nondeterministic_trials: list[int] = field(default_factory=list)  # trials the reference cannot repeat
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -48,6 +48,7 @@ class Policy:
     allow_library_gemm: bool = True  # cuBLAS/cuDNN kernels for GEMM and convolution
     require_own_kernel: bool = True
     reject_lower_precision: bool = False  # fp16/bf16/TF32 on an fp32 problem is a violation
+    reject_output_reuse: bool = False  # output storage overwritten by a later call is a violation
     allowed_ops: frozenset[str] = field(default=ALLOCATION_OPS | VIEW_OPS)
 
     def allows_op(self, namespace: str, op_name: str) -> bool:
@@ -59,7 +60,7 @@ class Policy:
 
 
 POLICIES = {
-    "strict": Policy("strict", allow_torch_compute=False, reject_lower_precision=True),
+    "strict": Policy("strict", allow_torch_compute=False, reject_lower_precision=True, reject_output_reuse=True),
     "permissive": Policy("permissive", allow_torch_compute=True),
 }
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .config import TimingConfig
+from .l2_persistence import persistence_guard
 
 _perf_counter_ns = time.perf_counter_ns
 
@@ -36,6 +37,10 @@ class Clock:
             self._event_sync = torch._C._CudaEventBase.synchronize
             self._device_sync = torch._C._cuda_synchronize
             self._stream = torch.cuda.current_stream()
+
+    def timing_stream_handle(self) -> int:
+        """The timing stream's cudaStream_t as an integer (0 on the CPU)."""
+        return self._stream.cuda_stream if self.device == "cuda" else 0
 
     def synchronize(self) -> None:
         if self.device == "cuda":
@@ -73,10 +78,8 @@ class Measurement:
     samples_ms: list[float]
     # Output of the last timed call on each content set, for checking against the reference.
     final_outputs: list[object]
-    # Outputs of the audited check round (one call per content set), when an audit was given.
-    audited_outputs: list[object] = field(default_factory=list)
     device_ms: float | None = None  # median over profiled calls of the summed kernel durations
-    device_span_ms: float | None = None  # median of first kernel start to last kernel end
+    device_busy_ms: float | None = None  # median over profiled calls of the union of kernel intervals
     kernel_names: list[str] = field(default_factory=list)  # kernels seen by the profiler
     launch_overlapped: bool = False  # the host launched while the flush ran (see TimingConfig)
 
@@ -85,9 +88,15 @@ def _tensor_slots(inputs: Sequence[object]) -> list[int]:
     return [i for i, value in enumerate(inputs) if isinstance(value, torch.Tensor)]
 
 
-def _load_content(buffers: list[object], content: Sequence[object]) -> None:
+def load_content(buffers: list[object], content: Sequence[object]) -> None:
     for index in _tensor_slots(content):
         buffers[index].copy_(content[index])
+
+
+def input_buffers(content_sets: Sequence[Sequence[object]]) -> list[list[object]]:
+    """One private buffer set per content set: the calls run on these, refilled between calls."""
+    return [[value.clone() if isinstance(value, torch.Tensor) else value for value in content]
+            for content in content_sets]
 
 
 def _sample_count(per_call_ms: float, config: TimingConfig, sets: int) -> int:
@@ -99,6 +108,14 @@ def _sample_count(per_call_ms: float, config: TimingConfig, sets: int) -> int:
     while sets > 1 and (rounds - 1) % sets == 0:
         rounds += 1
     return rounds * sets
+
+
+def fresh_call_count(per_call_ms: float, set_bytes: int, config: TimingConfig) -> int:
+    """How many timed calls, each on content never seen before: as many as the repeat budget
+    wants, within the memory the fresh sets may take, never fewer than min_samples."""
+    wanted = int(config.repeat_ms / max(per_call_ms, 1e-3))
+    fitting = config.fresh_inputs_bytes // max(set_bytes, 1)
+    return max(config.min_samples, min(config.max_samples, wanted, fitting))
 
 
 def call_time_ms(synchronised_ms: float, stream_ms: float | None, overlapped: bool,
@@ -113,7 +130,11 @@ def call_time_ms(synchronised_ms: float, stream_ms: float | None, overlapped: bo
 
 
 class Timer:
-    """Times `fn(*inputs)`; `fn` is the model's forward (or a baseline's)."""
+    """Times `fn(*inputs)`; `fn` is the model's forward (or a baseline's).
+
+    The pieces (warm-up, profiled calls, one timed call) are composed two ways: `measure`
+    rotates a few content sets through the buffers (baselines, synthesis filters: trusted code);
+    the candidate's worker gives every timed call content never seen before (worker.py)."""
 
     def __init__(self, clock: Clock, config: TimingConfig):
         self.clock = clock
@@ -125,39 +146,16 @@ class Timer:
             self._flush_stream = torch.cuda.Stream()
             self._marker = torch.empty(1, dtype=torch.int32, device="cuda")
             self._stream_context = torch.cuda.stream
+        # Persisting L2 lines would survive the flush: reset before each flushed call, read back
+        # after it (l2_persistence.py). Violations wait in `persistence.drain()`.
+        self.persistence = persistence_guard(clock.device, clock.timing_stream_handle(), clock.synchronize)
 
     def flush_cache(self) -> None:
         self._flush_buffer.fill_(0)  # writing more than the cache holds evicts the candidate's data
 
-    def measure(
-        self,
-        fn: Callable[..., object],
-        content_sets: Sequence[Sequence[object]],
-        audit: Callable[[Callable[[], object]], object] | None = None,
-        before_audited_call: Callable[[], object] | None = None,
-    ) -> Measurement:
-        """`content_sets` are input sets already on the device. Each call gets one of a few
-        buffers, refilled with another content set every round (outside the timed region).
-
-        Timed calls run bare, so the samples carry no auditing overhead (a dispatch audit adds
-        ~25 us per call on an H100, a third of a 70 us kernel). With `audit`, one more round,
-        untimed, runs every content set under it and keeps its outputs, and the profiled
-        device-time calls run under it too: what the candidate does when watched is checked, and
-        the parent compares the bare timings with the watched kernels' span."""
-        sets = len(content_sets)
-        buffers = [
-            [value.clone() if isinstance(value, torch.Tensor) else value for value in content]
-            for content in content_sets
-        ]
-
-        timed_run = audit if (audit is not None and self.config.audit_timed_calls) else None
-
-        def call_on(buffer: list[object]) -> Callable[[], object]:
-            if timed_run is not None:
-                return lambda: timed_run(lambda: fn(*buffer))
-            return lambda: fn(*buffer)
-
-        # Warm-up: every buffer once (first calls compile, autotune, allocate), then by time.
+    def warm_up(self, call_on: Callable[[list[object]], Callable[[], object]], buffers: list[list[object]]) -> float:
+        """Every buffer once (first calls compile, autotune, allocate), then by time; returns
+        the median call time after the first round."""
         warmup_times = []
         for buffer in buffers:
             self.clock.synchronize()
@@ -166,49 +164,64 @@ class Timer:
         while (self.clock.now_ns() - warm_start) / 1e6 < self.config.warmup_ms:
             for buffer in buffers:
                 warmup_times.append(self.clock.time_call_ms(call_on(buffer))[0])
-        per_call_ms = statistics.median(warmup_times[sets:] or warmup_times)
-        run = audit or (lambda call: call())
+        return statistics.median(warmup_times[len(buffers):] or warmup_times)
 
-        # Profiled first: whether the candidate's work stays on the timing stream decides how
-        # the timed calls are measured.
-        profiled = None
-        if self.clock.device == "cuda" and self.config.device_time:
-            profiled = self.device_time(fn, buffers, run, per_call_ms)
-        overlap = self.config.overlap_launch and profiled is not None and not profiled.other_streams
+    def profile(self, fn, buffers, run, per_call_ms: float) -> ProfiledCalls | None:
+        """Device time on the GPU (None on the CPU or when turned off)."""
+        if self.clock.device != "cuda" or not self.config.device_time:
+            return None
+        return self.device_time(fn, buffers, run, per_call_ms)
 
+    def overlaps_launch(self, profiled: ProfiledCalls | None) -> bool:
+        """Whether the host's launch may hide under the flush: only when every profiled kernel
+        ran on the timing stream (see TimingConfig.overlap_launch)."""
+        return self.config.overlap_launch and profiled is not None and not profiled.other_streams
+
+    def timed_call(self, call: Callable[[], object], overlap: bool) -> tuple[float, object]:
+        """One timed call after an L2 flush; the buffer was loaded before. The persisting-L2
+        state is reset before it and read back after it (l2_persistence.py)."""
+        self.persistence.reset()
+        self.flush_cache()
+        if not overlap:
+            self.clock.synchronize()
+        # Else every stream is already idle (the last call ended in a device-wide
+        # synchronisation) and the start event waits behind the flush while the host launches.
+        elapsed_ms, stream_ms, output = self.clock.time_call_split_ms(call)
+        self.persistence.check("timed")
+        return call_time_ms(elapsed_ms, stream_ms, overlap, self.config.sync_latency_ms), output
+
+    def measure(self, fn: Callable[..., object], content_sets: Sequence[Sequence[object]]) -> Measurement:
+        """`content_sets` are input sets already on the device. Each call gets one of a few
+        buffers, refilled with another content set every round (outside the timed region)."""
+        sets = len(content_sets)
+        buffers = input_buffers(content_sets)
+
+        def call_on(buffer: list[object]) -> Callable[[], object]:
+            return lambda: fn(*buffer)
+
+        per_call_ms = self.warm_up(call_on, buffers)
+        profiled = self.profile(fn, buffers, lambda call: call(), per_call_ms)
+        overlap = self.overlaps_launch(profiled)
         samples: list[float] = []
         final_outputs: list[object] = [None] * sets
-        total = _sample_count(per_call_ms, self.config, sets)
-        for call_index in range(total):
+        for call_index in range(_sample_count(per_call_ms, self.config, sets)):
             buffer_index, round_index = call_index % sets, call_index // sets
             content_index = (buffer_index + round_index) % sets
             if round_index > 0:
-                _load_content(buffers[buffer_index], content_sets[content_index])
-            self.flush_cache()
-            if not overlap:
-                self.clock.synchronize()
-            # Else every stream is already idle (the last call ended in a device-wide
-            # synchronisation) and the start event waits behind the flush while the host launches.
-            elapsed_ms, stream_ms, output = self.clock.time_call_split_ms(call_on(buffers[buffer_index]))
-            samples.append(call_time_ms(elapsed_ms, stream_ms, overlap, self.config.sync_latency_ms))
+                load_content(buffers[buffer_index], content_sets[content_index])
+            elapsed_ms, output = self.timed_call(call_on(buffers[buffer_index]), overlap)
+            samples.append(elapsed_ms)
             final_outputs[content_index] = output
         measurement = Measurement(samples, final_outputs, launch_overlapped=overlap)
         if profiled is not None:
-            measurement.device_ms, measurement.device_span_ms = profiled.device_ms, profiled.span_ms
+            measurement.device_ms, measurement.device_busy_ms = profiled.device_ms, profiled.busy_ms
             measurement.kernel_names = profiled.kernel_names
-        if audit is not None:
-            for buffer_index, content in enumerate(content_sets):
-                _load_content(buffers[buffer_index], content)
-                if before_audited_call:
-                    before_audited_call()
-                measurement.audited_outputs.append(run(lambda buffer=buffers[buffer_index]: fn(*buffer)))
-            self.clock.synchronize()
         return measurement
 
     def device_time(self, fn, buffers, run, per_call_ms: float) -> ProfiledCalls:
         """Median over calls of the summed kernel durations the profiler records (and of their
-        span, first start to last end), with the L2 flushed before each call; and whether any
-        of the calls' work ran on a stream other than the timing stream.
+        busy time, the union of their intervals), with the L2 flushed before each call; and
+        whether any of the calls' work ran on a stream other than the timing stream.
 
         All calls are profiled in one session, warm-up calls first: a session per call leaves
         the GPU idle while the profiler starts, and a compute-bound kernel then runs at idle
@@ -226,10 +239,12 @@ class Timer:
             self.clock.synchronize()
             for call_index in range(total_calls):
                 buffer = buffers[call_index % len(buffers)]
+                self.persistence.reset()
                 self._flush_on_private_stream()
                 self.clock.synchronize()
                 run(lambda buffer=buffer: fn(*buffer))
                 self.clock.synchronize()
+                self.persistence.check("profiled")
             self._flush_on_private_stream()  # closes the last call
             self.clock.synchronize()
         events = [event for event in prof.profiler.kineto_results.events() if event.device_type() == DeviceType.CUDA]
@@ -243,7 +258,9 @@ class Timer:
 @dataclass
 class ProfiledCalls:
     device_ms: float  # median over calls of the summed kernel durations
-    span_ms: float  # median over calls of first kernel start to last kernel end
+    # Median over calls of the time some kernel was running (the union of their intervals):
+    # what a bare call can never beat, however long the gaps between launches were when watched.
+    busy_ms: float
     kernel_names: list[str]
     other_streams: bool  # some of the calls' work ran off the timing stream
 
@@ -261,15 +278,27 @@ def split_calls(events: list, calls: int, skip: int = 0) -> ProfiledCalls:
     if len(flushes) != calls + 1 or timing_stream == flush_stream:
         raise RuntimeError(f"the profiler recorded {len(flushes)} flushes around {calls} calls; "
                            "its stream ids cannot tell the calls apart on this torch version")
-    per_call, spans = [], []
+    per_call, busy = [], []
     for before, after in list(itertools.pairwise(flushes))[skip:]:
         kernels = [event for event in work if before.end_ns() <= event.start_ns() < after.start_ns()]
         per_call.append(sum(event.duration_ns() for event in kernels) / 1e6)
-        spans.append((max(e.end_ns() for e in kernels) - min(e.start_ns() for e in kernels)) / 1e6
-                     if kernels else 0.0)
+        busy.append(busy_ns([(event.start_ns(), event.end_ns()) for event in kernels]) / 1e6)
     return ProfiledCalls(
         device_ms=statistics.median(per_call) if per_call else 0.0,
-        span_ms=statistics.median(spans) if spans else 0.0,
+        busy_ms=statistics.median(busy) if busy else 0.0,
         kernel_names=sorted({event.name() for event in work}),
         other_streams=any(event.device_resource_id() != timing_stream for event in work),
     )
+
+
+def busy_ns(intervals: list[tuple[int, int]]) -> int:
+    """Length of the union of (start, end) intervals: overlapping kernels count once."""
+    total, covered_until = 0, None
+    for start, end in sorted(intervals):
+        if covered_until is None or start > covered_until:
+            total += end - start
+            covered_until = end
+        elif end > covered_until:
+            total += end - covered_until
+            covered_until = end
+    return total

@@ -64,15 +64,22 @@ def _to_cpu(values):
     return [v.detach().to("cpu", copy=True) if type(v) is torch.Tensor else v for v in values]
 
 
-def tf32_switches() -> set[str]:
-    import torch
+def tf32_switches(configured) -> set[str]:
+    """TF32 (or bf16) switched on beyond the run's settings `configured` (backend_settings)."""
+    from .backend_settings import capture, lower_precision_signs
 
-    signs = set()
-    if torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest":
-        signs.add("TF32 enabled for matmuls (torch.backends.cuda.matmul)")
-    if torch.backends.cudnn.allow_tf32:
-        signs.add("TF32 enabled for convolutions (torch.backends.cudnn)")
-    return signs
+    return set(lower_precision_signs(configured, capture()))
+
+
+def configured_settings(config):
+    """The run's backend settings, from this (fresh) process's PyTorch defaults, applied."""
+    from .backend_settings import apply, capture, for_preset
+
+    configured = for_preset(config.backend, capture())
+    unreached = apply(configured)
+    if unreached:
+        raise RuntimeError(f"backend preset {config.backend} could not be applied: {'; '.join(unreached)}")
+    return configured
 
 
 def _seed_all(seed: int) -> None:
@@ -92,16 +99,21 @@ def reference_main(conn, spec: dict) -> None:
     setup_worker(spec)
     import torch
 
+    from .backend_settings import BackendSettings, applied, apply, capture, reference_settings
+    from .compare import compare_outputs
     from .config import EvalConfig
+    from .conventions import get_convention, training_mode_hint
     from .files import import_file
     from .locks import device_lock
     from .timer import Clock, Timer
 
     config = EvalConfig.from_dict(spec["config"])
+    convention = get_convention(config.convention)
     device = spec["device"]
-    # The reference is the truth: full fp32, no TF32 shortcuts.
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    configured = configured_settings(config)
+    # The reference is the truth: its expected outputs at full fp32, no TF32 shortcuts, whatever
+    # the run's settings; only the baselines are timed under those (or the candidate's).
+    apply(reference_settings(configured))
     try:
         problem = import_file(spec["problem"], "cudaagent_reference_problem")
     except BaseException as error:
@@ -109,26 +121,57 @@ def reference_main(conn, spec: dict) -> None:
         return
     state: dict = {}
 
-    def prepare(set_count: int) -> dict:
-        _seed_all(_fresh_seed())
-        init_inputs = list(problem.get_init_inputs())
-        _seed_all(_fresh_seed())
-        model = problem.Model(*init_inputs).to(device).eval()
-        state["model"] = model
+    def run_reference(inputs: list, seed: int) -> list:
+        """The reference's call, right after seeding: a candidate that draws the same random
+        numbers (dropout masks) in the same order gets the same answer."""
+        _seed_all(seed)
+        try:
+            with torch.no_grad():
+                outputs = state["model"](*_to_device(inputs, device))
+        except Exception as error:
+            if convention.eval_mode:
+                raise
+            raise RuntimeError(training_mode_hint(error)) from error
+        return outputs if isinstance(outputs, (tuple, list)) else [outputs]
+
+    def draw_sets(count: int) -> list[dict]:
         sets = []
-        for _ in range(set_count):
+        for _ in range(count):
             seed = _fresh_seed()
             _seed_all(seed)
             inputs = list(problem.get_inputs())
-            with torch.no_grad():
-                outputs = model(*_to_device(inputs, device))
-            outputs = outputs if isinstance(outputs, (tuple, list)) else [outputs]
+            outputs = run_reference(inputs, seed)
             sets.append({"seed": seed, "inputs": _to_cpu(inputs), "outputs": _to_cpu(outputs)})
-        state["sets"] = sets
-        state_dict = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        return {"init_inputs": _to_cpu(init_inputs), "state_dict": state_dict, "sets": sets}
+        return sets
 
-    def baseline(mode: str, set_indices: list[int]) -> dict:
+    def prepare(set_count: int) -> dict:
+        # As KernelBench: one seed before the init inputs and again right before each model is
+        # built, so a candidate built after the same seed gets the same parameters.
+        construction_seed = _fresh_seed()
+        _seed_all(construction_seed)
+        init_inputs = list(problem.get_init_inputs())
+        _seed_all(construction_seed)
+        model = problem.Model(*init_inputs)
+        # Taken before any forward: training mode updates BatchNorm's running statistics.
+        state_dict = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        model = model.to(device)
+        state["model"] = model.eval() if convention.eval_mode else model
+        state["sets"] = draw_sets(set_count)
+        return {"init_inputs": _to_cpu(init_inputs), "state_dict": state_dict, "seed": construction_seed,
+                "sets": state["sets"], "backend_settings": configured.to_dict()}
+
+    def fresh_sets(count: int) -> dict:
+        """Input sets no call has seen, with the reference's outputs: one per timed call."""
+        return {"sets": draw_sets(count)}
+
+    def repeats_itself(index: int) -> dict:
+        """Whether the reference gives set `index` the same answer again under the same seed."""
+        trial_set = state["sets"][index]
+        again = _to_cpu(run_reference(trial_set["inputs"], trial_set["seed"]))
+        check = compare_outputs(index, trial_set["outputs"], again, config.tolerances())
+        return {"deterministic": check.correct, "detail": check.error}
+
+    def baseline(mode: str, set_indices: list[int], settings: dict) -> dict:
         model = state["model"]
         if mode == "eager":
             fn = model
@@ -137,12 +180,15 @@ def reference_main(conn, spec: dict) -> None:
             fn = torch.compile(model, mode=compile_mode)
         content_sets = [_to_device(state["sets"][i]["inputs"], device) for i in set_indices]
         timer = Timer(Clock(device), config.timing_config)
-        with torch.no_grad(), device_lock(device):
+        # torch.compile reads the settings when it compiles, inside the first timed-loop call.
+        with applied(BackendSettings.from_dict(settings)), torch.no_grad(), device_lock(device):
+            timed_under = capture().to_dict()
             measurement = timer.measure(fn, content_sets)
         return {"samples_ms": measurement.samples_ms, "device_ms": measurement.device_ms,
-                "launch_overlapped": measurement.launch_overlapped}
+                "launch_overlapped": measurement.launch_overlapped, "backend_settings": timed_under}
 
-    serve_requests(conn, {"prepare": prepare, "baseline": baseline})
+    serve_requests(conn, {"prepare": prepare, "fresh_sets": fresh_sets, "repeats_itself": repeats_itself,
+                          "baseline": baseline})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -155,27 +201,30 @@ def candidate_main(conn, spec: dict) -> None:
     import numpy  # noqa: F401  (loaded now, not lazily inside a guarded forward)
     import torch
 
+    from .backend_settings import allows_tf32, capture
     from .config import EvalConfig
+    from .conventions import get_convention, load_reference_weights
     from .files import Candidate, build_workspace_extension, import_file
     from .guards import ForwardGuard
     from .locks import device_lock
     from .memory import poison_free_memory
-    from .outputs import inspect_outputs
+    from .outputs import inspect_outputs, storage_changes
     from .provenance import own_kernel_names, precision_flags
     from .rules import get_policy
-    from .timer import Clock, Timer
+    from .timer import Clock, Timer, input_buffers, load_content
 
     config = EvalConfig.from_dict(spec["config"])
+    convention = get_convention(config.convention)
     device = spec["device"]
-    # Full fp32 until the candidate says otherwise; a candidate that turns TF32 on is reported.
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    # The run's settings until the candidate says otherwise; what it turns on beyond them is
+    # reported, and the baselines are timed under what it left in force.
+    configured = configured_settings(config)
     described = spec["candidate"]
     candidate = Candidate(Path(described["path"]), Path(described["model_file"]), described["workspace"])
     guard = ForwardGuard(get_policy(config.policy), device)
     clock = Clock(device)
     timer = Timer(clock, config.timing_config)
-    state: dict = {}
+    state: dict = {"held_outputs": []}
 
     try:
         started = time.perf_counter()
@@ -191,52 +240,105 @@ def candidate_main(conn, spec: dict) -> None:
         _reply_error(conn, "build", error)
         return
 
-    def construct(init_inputs: list, state_dict: dict) -> dict:
-        _seed_all(_fresh_seed())
+    def construct(init_inputs: list, state_dict: dict, seed: int) -> dict:
+        _seed_all(seed)  # the seed the reference was built after (conventions.py)
         model = state["module"].ModelNew(*init_inputs)
-        own = model.state_dict()
-        matching = {name: tensor for name, tensor in state_dict.items() if name in own}
-        model.load_state_dict(matching, strict=False)
-        state["model"] = model.to(device).eval()
-        return {"loaded_weights": sorted(matching)}
+        weights = load_reference_weights(model, state_dict, convention)
+        model = model.to(device)
+        state["model"] = model.eval() if convention.eval_mode else model
+        return {"weights": weights}
 
-    def forward(inputs: list, output_nbytes: list[int]) -> dict:
+    def forward(inputs: list, output_nbytes: list[int], seed: int) -> dict:
         model = state["model"]
         device_inputs = _to_device(inputs, device)
         state["output_nbytes"] = output_nbytes
         poison_free_memory(device, output_nbytes)
+        _seed_all(seed)  # the seed the reference's call ran after
         with torch.no_grad():
             outputs = guard(lambda: model(*device_inputs))
             clock.synchronize()
         report = inspect_outputs(outputs, device_inputs, device)
+        # Outputs of earlier calls are held (so their memory cannot be reused by the allocator):
+        # if one changed, forward wrote this call's answer into storage it had handed out before.
+        reused = [change for held, copies in state["held_outputs"] for change in storage_changes(held, copies)]
+        state["held_outputs"].append((outputs, report["outputs"]))
         return {
             **report,
             "inputs_after": _to_cpu(device_inputs),
             "findings": guard.findings.drain(),
-            "precision": sorted(guard.findings.precision | tf32_switches()),
+            "reused": reused,
+            "precision": sorted(guard.findings.precision | tf32_switches(configured)),
         }
 
-    def time_candidate(content_sets: list) -> dict:
+    def warm(content_sets: list) -> dict:
+        """Warm-up and profiled calls on the warm-up sets; these contents never come back."""
+        state["held_outputs"].clear()
         model = state["model"]
-        device_sets = [_to_device(content, device) for content in content_sets]
+        state["buffers"] = buffers = input_buffers([_to_device(content, device) for content in content_sets])
         with torch.no_grad(), device_lock(device):
-            measurement = timer.measure(
-                model, device_sets, audit=guard,
-                before_audited_call=lambda: poison_free_memory(device, state["output_nbytes"]))
-        timed = [inspect_outputs(output, [], device) for output in measurement.final_outputs]
-        audited = [inspect_outputs(output, [], device) for output in measurement.audited_outputs]
-        own_names = own_kernel_names(candidate, sys.modules)
+            per_call_ms = timer.warm_up(lambda buffer: lambda: model(*buffer), buffers)
+            profiled = timer.profile(model, buffers, guard, per_call_ms)
+        state["overlap"] = timer.overlaps_launch(profiled)
         return {
-            "samples_ms": measurement.samples_ms,
-            "device_ms": measurement.device_ms,
-            "device_span_ms": measurement.device_span_ms,
-            "launch_overlapped": measurement.launch_overlapped,
-            "kernel_names": measurement.kernel_names,
-            "own_kernel_names": own_names,
-            "final_outputs": [report["outputs"] for report in timed],
-            "audited_outputs": [report["outputs"] for report in audited],
-            "findings": guard.findings.drain() + [v for report in timed + audited for v in report["violations"]],
-            "precision": sorted(guard.findings.precision | precision_flags(measurement.kernel_names) | tf32_switches()),
+            "per_call_ms": per_call_ms,
+            "device_ms": profiled.device_ms if profiled else None,
+            "device_busy_ms": profiled.busy_ms if profiled else None,
+            "kernel_names": profiled.kernel_names if profiled else [],
+            "own_kernel_names": own_kernel_names(candidate, sys.modules),
+            "launch_overlapped": state["overlap"],
+            "findings": guard.findings.drain() + timer.persistence.drain(),
+            "precision": sorted(guard.findings.precision | tf32_switches(configured)
+                                | precision_flags(profiled.kernel_names if profiled else [],
+                                                  tf32_allowed=allows_tf32(configured))),
         }
 
-    serve_requests(conn, {"construct": construct, "forward": forward, "time": time_candidate})
+    def time_candidate(timed_sets: list[dict], audited_sets: list[dict]) -> dict:
+        """Each timed call on content no call has seen, its outputs copied right after it (outside
+        the timed region); then the audited check round, as checked as the correctness trials,
+        on fresh content too. Bare and audited calls cannot tell each other apart by content."""
+        model, buffers = state["model"], state["buffers"]
+        timed_run = guard.light() if config.timing_config.audit_timed_calls else None
+
+        def call_on(buffer: list) -> object:
+            if timed_run is None:
+                return lambda: model(*buffer)
+            return lambda: timed_run(lambda: model(*buffer))
+
+        samples, timed_outputs, violations = [], [], []
+        with torch.no_grad(), device_lock(device):
+            for call_index, fresh in enumerate(timed_sets):
+                buffer = buffers[call_index % len(buffers)]
+                load_content(buffer, _to_device(fresh["inputs"], device))
+                _seed_all(fresh["seed"])
+                elapsed_ms, output = timer.timed_call(call_on(buffer), state["overlap"])
+                samples.append(elapsed_ms)
+                report = inspect_outputs(output, [], device)
+                timed_outputs.append(report["outputs"])
+                violations += report["violations"]
+            audited_ms, audited_outputs = [], []
+            operators_before, calls_before = guard.findings.operators_seen, guard.findings.python_calls_seen
+            for call_index, fresh in enumerate(audited_sets):
+                buffer = buffers[call_index % len(buffers)]
+                load_content(buffer, _to_device(fresh["inputs"], device))
+                poison_free_memory(device, state["output_nbytes"])
+                _seed_all(fresh["seed"])
+                clock.synchronize()
+                elapsed_ms, output = clock.time_call_ms(lambda buffer=buffer: guard(lambda: model(*buffer)))
+                audited_ms.append(elapsed_ms)
+                report = inspect_outputs(output, [], device)
+                audited_outputs.append(report["outputs"])
+                violations += report["violations"]
+        audited_count = max(len(audited_sets), 1)
+        return {
+            "samples_ms": samples,
+            "timed_outputs": timed_outputs,
+            "audited_outputs": audited_outputs,
+            "audited_ms": audited_ms,
+            "audited_operators": (guard.findings.operators_seen - operators_before) / audited_count,
+            "audited_python_calls": (guard.findings.python_calls_seen - calls_before) / audited_count,
+            "findings": guard.findings.drain() + timer.persistence.drain() + violations,
+            "precision": sorted(guard.findings.precision | tf32_switches(configured)),
+            "backend_settings": capture().to_dict(),  # in force when it was timed
+        }
+
+    serve_requests(conn, {"construct": construct, "forward": forward, "warm": warm, "time": time_candidate})

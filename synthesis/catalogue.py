@@ -8,6 +8,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_cudaagent.state_files import write_atomically
+
 # Recipes are small JSON dicts, so the catalogue is a plain file a person can read and edit:
 #   {"from_dim": d}          the size of input dimension d (d is 1 or -1, never the batch)
 #   {"from_dim_tuple": d}    the same, as a one-element tuple (normalized_shape)
@@ -71,7 +73,7 @@ class Catalogue:
             "operators": [op.to_dict() for op in self.operators],
             "log": [dataclasses.asdict(record) for record in self.log],
         }
-        path.write_text(json.dumps(data, indent=1))
+        write_atomically(path, json.dumps(data, indent=1))  # a killed crawl leaves no half catalogue
 
     def save_log(self, path: str | Path) -> None:
         """The crawl log as a table: one row per operator looked at."""

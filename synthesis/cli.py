@@ -1,4 +1,6 @@
-"""`cudaagent synth {crawl,run,check}`: the synthesis pipeline from the command line."""
+"""`cudaagent synth {crawl,run,check}`: the synthesis pipeline from the command line (entry point
+`synth`). Only argparse at module level: the handlers import the pipeline when they run, so
+`cudaagent --help` does not load it."""
 
 from __future__ import annotations
 
@@ -8,14 +10,6 @@ import importlib
 import json
 import sys
 from pathlib import Path
-
-from rich.console import Console
-from rich.table import Table
-
-from pytest_cudaagent.config import resolve_device
-
-from .filters import FilterConfig
-from .pool import PoolConfig
 
 
 def register(subparsers) -> None:
@@ -33,32 +27,45 @@ def _add_filter_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-ms", type=float, default=100.0, help="eager runtime ceiling (paper: 100 ms)")
     parser.add_argument("--no-compile", action="store_true",
                         help="skip the torch.compile filter (quick local checks only)")
-    parser.add_argument("--max-task-gib", type=float, default=FilterConfig.max_task_bytes / 2**30,
+    # Defaults None: FilterConfig's and PoolConfig's, filled in when the command runs.
+    parser.add_argument("--max-task-gib", type=float, default=None,
                         help="memory one forward may need at the scaled batch (inputs, "
                              "intermediates, outputs), per worker")
-    parser.add_argument("--task-timeout", type=float, default=PoolConfig.task_timeout_s,
+    parser.add_argument("--task-timeout", type=float, default=None,
                         help="seconds one task may take in a filter worker (then the worker is "
                              "replaced and the task dropped as timeout)")
 
 
-def _filter_config(args) -> FilterConfig:
+def _filter_config(args):
+    from pytest_cudaagent.config import resolve_device
+
+    from .filters import FilterConfig
+
     device = resolve_device(args.device)
     if args.min_ms >= args.max_ms:
         raise SystemExit(f"--min-ms {args.min_ms} must be below --max-ms {args.max_ms}")
+    max_task_bytes = FilterConfig.max_task_bytes if args.max_task_gib is None else int(args.max_task_gib * 2**30)
     return FilterConfig(device=device, min_ms=args.min_ms, max_ms=args.max_ms, compile=not args.no_compile,
-                        max_task_bytes=int(args.max_task_gib * 2**30))
+                        max_task_bytes=max_task_bytes)
+
+
+def _task_timeout(args) -> float:
+    from .pool import PoolConfig
+
+    return PoolConfig.task_timeout_s if args.task_timeout is None else args.task_timeout
 
 
 def _add_crawl(commands) -> None:
     parser = commands.add_parser("crawl", help="crawl torch and transformers for seed operators")
     parser.add_argument("--out", type=Path, default=Path("catalogue.json"),
                         help="catalogue file to write (the crawl log goes next to it as crawl_log.csv)")
-    parser.add_argument("--sources", default=",".join(_sources()),
-                        help="comma-separated: torch.nn, torch.nn.functional, torch, torch.special, transformers")
+    parser.add_argument("--sources", default=None,
+                        help="comma-separated: torch.nn, torch.nn.functional, torch, torch.special, transformers "
+                             "(default: all; transformers is skipped with a note when it is not installed)")
     parser.add_argument("--transformers-models", type=int, default=None,
                         help="crawl only the first N transformers model families (default: all)")
     parser.add_argument("--filter", default=None, help="regex on operator names to crawl")
-    parser.set_defaults(func=run_crawl)
+    parser.set_defaults(func=run_crawl, path_args=("out",))
 
 
 def _sources() -> tuple[str, ...]:
@@ -68,12 +75,17 @@ def _sources() -> tuple[str, ...]:
 
 
 def run_crawl(args) -> int:
+    from rich.console import Console
     from rich.progress import Progress
+    from rich.table import Table
+
+    from pytest_cudaagent.user_paths import command_paths
 
     from .crawl import crawl
 
+    shown = command_paths(args).shown
     console = Console(stderr=True)
-    sources = tuple(s.strip() for s in args.sources.split(",") if s.strip())
+    sources = tuple(s.strip() for s in (args.sources or ",".join(_sources())).split(",") if s.strip())
     unknown = set(sources) - set(_sources())
     if unknown:
         console.print(f"[red]unknown source(s) {sorted(unknown)}; choose from {', '.join(_sources())}")
@@ -91,7 +103,7 @@ def run_crawl(args) -> int:
     for reason, count in collections.Counter(r.reason for r in catalogue.log).most_common():
         table.add_row(reason, str(count))
     Console().print(table)
-    console.print(f"catalogue: {args.out}; crawl log: {log_path}")
+    console.print(f"catalogue: {shown(str(args.out))}; crawl log: {shown(str(log_path))}")
     return 0
 
 
@@ -119,20 +131,27 @@ def _add_run(commands) -> None:
     parser.add_argument("--llm-engine", default=None,
                         help="module:factory returning a rollout engine; tasks are then proposed by the LLM")
     _add_filter_options(parser)
-    parser.set_defaults(func=run_run)
+    parser.set_defaults(func=run_run, path_args=("out", "kernelbench", "catalogue"))
 
 
 def run_run(args) -> int:
-    from .compose import ComposerConfig
-    from .pipeline import SynthConfig, load_or_crawl_catalogue, run_synthesis, stop_on_sigterm
+    from rich.console import Console
 
+    from pytest_cudaagent.lifetime import stop_on_sigterm
+    from pytest_cudaagent.user_paths import command_paths
+
+    from .compose import ComposerConfig
+    from .pipeline import SynthConfig, load_or_crawl_catalogue, run_synthesis
+    from .pool import PoolConfig
+
+    shown = command_paths(args).shown
     console = Console(stderr=True)
     config = SynthConfig(
         count=args.count, out_dir=args.out, seed=args.seed, kernelbench=args.kernelbench,
         similarity=args.similarity, catalogue=args.catalogue,
         transformers_models=args.transformers_models, resume=args.resume,
         stop_after_s=args.stop_after, filters=_filter_config(args),
-        pool=PoolConfig(workers=args.workers, task_timeout_s=args.task_timeout, gpus=args.gpus),
+        pool=PoolConfig(workers=args.workers, task_timeout_s=_task_timeout(args), gpus=args.gpus),
         composer=ComposerConfig(max_ops=args.max_ops, dtypes=tuple(args.dtypes.split(","))),
     )
     proposer = None
@@ -147,7 +166,7 @@ def run_run(args) -> int:
             proposer = LLMComposer(catalogue, EngineAdapter(engine), seed=args.seed)
         frame = run_synthesis(config, proposer, console)
     except (FileExistsError, FileNotFoundError, ValueError) as error:
-        console.print(f"[red]{error}")
+        console.print(f"[red]{shown(str(error))}")
         return 2
     return 0 if frame["kept"].any() else 1
 
@@ -160,39 +179,21 @@ def _add_check(commands) -> None:
                         help="KernelBench clone or dataset files for the contamination check")
     parser.add_argument("--similarity", type=float, default=0.8)
     _add_filter_options(parser)
-    parser.set_defaults(func=run_check)
-
-
-def check_file(problem: Path, filters: FilterConfig, kernelbench: Path | None = None,
-               similarity: float = 0.8, task_timeout_s: float = PoolConfig.task_timeout_s) -> dict:
-    """Every filter on one problem file, the runtime ones in a worker process."""
-    from .contamination import ContaminationIndex, load_kernelbench_index
-    from .pipeline import static_checks
-    from .pool import FilterPool
-    from .task import Task
-
-    index = load_kernelbench_index(kernelbench, similarity) if kernelbench else ContaminationIndex(similarity)
-    task = Task(problem.stem, problem.read_text(), "file")
-    signature, outcome = static_checks(task, index)
-    if not outcome.reasons:
-        outcomes = []
-        FilterPool(filters, PoolConfig(workers=1, task_timeout_s=task_timeout_s)).run(
-            iter([task]), lambda _, result: outcomes.append(result))
-        checks = {**outcome.checks, **outcomes[0].checks}
-        outcome = outcomes[0]
-        outcome.checks = checks
-    verdict = outcome.to_dict()
-    verdict.pop("source")
-    verdict["problem"] = str(problem)
-    verdict["operators"] = signature.operators if signature else []
-    return verdict
+    parser.set_defaults(func=run_check, path_args=("problem", "output", "kernelbench"))
 
 
 def run_check(args) -> int:
+    from rich.console import Console
+
+    from pytest_cudaagent.user_paths import command_paths
+
+    from .pipeline import check_file
+
+    shown = command_paths(args).shown
     if not args.problem.is_file():
-        Console(stderr=True).print(f"[red]{args.problem}: no such problem file")
+        Console(stderr=True).print(f"[red]{shown(str(args.problem))}: no such problem file")
         return 2
-    verdict = check_file(args.problem, _filter_config(args), args.kernelbench, args.similarity, args.task_timeout)
+    verdict = check_file(args.problem, _filter_config(args), args.kernelbench, args.similarity, _task_timeout(args))
     text = json.dumps(verdict, indent=2)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 import random
@@ -523,6 +524,11 @@ def crawl(
     """Crawl the installed libraries. `name_filter` (a regex on names) restricts the crawl;
     `progress(done, name)` is called after each operator."""
     operators, log = [], []
+    if "transformers" in sources and importlib.util.find_spec("transformers") is None:
+        # The base install has no transformers (it comes with the train extra): crawl the rest.
+        sources = tuple(source for source in sources if source != "transformers")
+        log.append(CrawlRecord("transformers", "transformers", False, "not installed",
+                               "pip install 'cuda-agent[train]' to crawl transformers' operators"))
     seen_sources: dict[str, str] = {}
     pattern = re.compile(name_filter) if name_filter else None
     threads = torch.get_num_threads()

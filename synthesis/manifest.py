@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from pytest_cudaagent.state_files import read_json_lines, write_line
+
 MANIFEST_LINES = "manifest.jsonl"
 MANIFEST_PARQUET = "manifest.parquet"
 SESSIONS_LINES = "sessions.jsonl"
@@ -40,22 +42,27 @@ class TaskRecord:
     finished_at: float | None = None  # Unix time the record was written
 
 
+def _check_session(entry: dict) -> None:
+    if not isinstance(entry["session"], int):
+        raise ValueError("a session number is an integer")
+
+
 class Manifest:
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
         self.lines_path = self.run_dir / MANIFEST_LINES
         self.records: dict[str, TaskRecord] = {}
-        if self.lines_path.is_file():
-            for line in self.lines_path.read_text().splitlines():
-                if line.strip():
-                    record = TaskRecord(**json.loads(line))
-                    self.records[record.id] = record
+        # A line cut short by a kill is skipped (its candidate is filtered again on resume) and
+        # named in `skipped_message`, for the run to print.
+        lines = read_json_lines(self.lines_path, check=lambda entry: self._add(TaskRecord(**entry)))
+        self.skipped_message = lines.skipped_message()
+
+    def _add(self, record: TaskRecord) -> None:
+        self.records[record.id] = record
 
     def append(self, record: TaskRecord) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.lines_path, "a") as handle:
-            handle.write(json.dumps(dataclasses.asdict(record)) + "\n")
-        self.records[record.id] = record
+        write_line(self.lines_path, json.dumps(dataclasses.asdict(record)))
+        self._add(record)
 
     def start_session(self, **settings) -> int:
         """Records a session's start (with its settings); returns its number."""
@@ -67,19 +74,14 @@ class Manifest:
         self._append_session({"session": number, "ended_at": time.time()})
 
     def _append_session(self, entry: dict) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.run_dir / SESSIONS_LINES, "a") as handle:
-            handle.write(json.dumps(entry) + "\n")
+        write_line(self.run_dir / SESSIONS_LINES, json.dumps(entry))
 
     def sessions(self) -> list[dict]:
         """One dict per session: started_at, its settings, and ended_at when it ended cleanly."""
-        path = self.run_dir / SESSIONS_LINES
         merged: dict[int, dict] = {}
-        if path.is_file():
-            for line in path.read_text().splitlines():
-                if line.strip():
-                    entry = json.loads(line)
-                    merged.setdefault(entry["session"], {}).update(entry)
+        lines = read_json_lines(self.run_dir / SESSIONS_LINES, check=_check_session)
+        for entry in lines.records:
+            merged.setdefault(entry["session"], {}).update(entry)
         return [merged[number] for number in sorted(merged)]
 
     def frame(self) -> pd.DataFrame:

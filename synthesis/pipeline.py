@@ -7,8 +7,6 @@ so a run bounded in time still ends with its summary."""
 from __future__ import annotations
 
 import dataclasses
-import signal
-import sys
 import tempfile
 import threading
 import time
@@ -18,9 +16,11 @@ from typing import Protocol
 
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from pytest_cudaagent.files import BadFileError, check_problem
+from pytest_cudaagent.state_files import remove_leftovers, write_atomically
 
 from .catalogue import Catalogue
 from .compose import Composer, ComposerConfig
@@ -118,14 +118,6 @@ class ProgressLine:
                            f"{self.done / elapsed * 3600:.0f} candidates/h", highlight=False)
 
 
-def stop_on_sigterm() -> None:
-    """Let SIGTERM (`timeout`, a job scheduler) end the process as Ctrl-C would: Python exits,
-    and multiprocessing's exit handler ends the filter workers, which would otherwise run on,
-    holding the GPU, until their current task ends. The manifest keeps every finished
-    candidate; `--resume` goes on from there."""
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-
-
 def load_or_crawl_catalogue(config: SynthConfig, console: Console) -> Catalogue:
     path = config.catalogue or config.out_dir / CATALOGUE_FILE
     if Path(path).is_file():
@@ -149,7 +141,10 @@ def run_synthesis(config: SynthConfig, proposer: Proposer | None = None,
             f"{out_dir} already holds a run ({len(manifest.records)} candidates); pass --resume "
             "to continue it, or choose another --out"
         )
+    if manifest.skipped_message:
+        console.print(f"[yellow]{escape(manifest.skipped_message)}[/]", highlight=False)
     (out_dir / TASKS_DIR).mkdir(parents=True, exist_ok=True)
+    remove_leftovers(out_dir / TASKS_DIR)  # task files a killed session was writing
     if proposer is None:
         proposer = Composer(load_or_crawl_catalogue(config, console), config.composer, config.seed)
     index = (load_kernelbench_index(config.kernelbench, config.similarity)
@@ -178,7 +173,7 @@ def run_synthesis(config: SynthConfig, proposer: Proposer | None = None,
                 path = None
                 if outcome.kept:
                     path = f"{TASKS_DIR}/{task.task_id}.py"
-                    (out_dir / path).write_text(outcome.source)
+                    write_atomically(out_dir / path, outcome.source)
                     kept_count += 1
                 manifest.append(record_for(task, signatures.pop(task.task_id, None), outcome, path))
                 progress.update(bar, advance=1, kept=kept_count)
@@ -205,3 +200,24 @@ def run_synthesis(config: SynthConfig, proposer: Proposer | None = None,
     summary = write_summary(frame, out_dir, manifest.sessions())
     console.print(f"{int(frame['kept'].sum())} of {len(frame)} kept; summary in {summary}")
     return frame
+
+
+def check_file(problem: Path, filters: FilterConfig, kernelbench: Path | None = None,
+               similarity: float = 0.8, task_timeout_s: float = PoolConfig.task_timeout_s) -> dict:
+    """Every filter on one problem file, the runtime ones in a worker process (`cudaagent synth
+    check` and the cudaagent_synth pytest plugin)."""
+    index = load_kernelbench_index(kernelbench, similarity) if kernelbench else ContaminationIndex(similarity)
+    task = Task(problem.stem, problem.read_text(), "file")
+    signature, outcome = static_checks(task, index)
+    if not outcome.reasons:
+        outcomes = []
+        FilterPool(filters, PoolConfig(workers=1, task_timeout_s=task_timeout_s)).run(
+            iter([task]), lambda _, result: outcomes.append(result))
+        checks = {**outcome.checks, **outcomes[0].checks}
+        outcome = outcomes[0]
+        outcome.checks = checks
+    verdict = outcome.to_dict()
+    verdict.pop("source")
+    verdict["problem"] = str(problem)
+    verdict["operators"] = signature.operators if signature else []
+    return verdict

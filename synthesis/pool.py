@@ -97,7 +97,7 @@ class FilterPool:
         """Check every task from `tasks` (pulled lazily, so composition overlaps filtering);
         `on_result` is called once per task, never from two threads at once.
 
-        Interrupted (SIGTERM through pipeline.stop_on_sigterm, or Ctrl-C), it kills the workers,
+        Interrupted (SIGTERM through lifetime.stop_on_sigterm, or Ctrl-C), it kills the workers,
         lets its threads return without recording the tasks they had in flight, and re-raises:
         a thread still inside torch when the interpreter exits aborts the process."""
         take_lock, report_lock = threading.Lock(), threading.Lock()

@@ -4,7 +4,7 @@ plugin). An item passes when its task is kept and fails with the filters' reason
 
     pytest -p no:cacheprovider -n 8 --cudaagent-synth tasks/ --cudaagent-synth-out verdicts.jsonl
 
-Hooks and options only: the work is `synthesis.cli.check_file` (the same as `cudaagent synth
+Hooks and options only: the work is `synthesis.pipeline.check_file` (the same as `cudaagent synth
 check`: the static checks, then the runtime filters in a worker process with a timeout). Each file
 is checked on its own, so near-duplicates among the files are not looked for here (`synth run`
 does that); near-duplicates of KernelBench are, with --cudaagent-synth-kernelbench.
@@ -19,6 +19,7 @@ import pytest
 
 from pytest_cudaagent.config import resolve_device
 from pytest_cudaagent.plugin import drop_default_tests
+from pytest_cudaagent.user_paths import absolute_path
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -36,6 +37,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 WINDOW = pytest.StashKey[tuple[float, float]]()
 
 
+def absolute(typed: str, base: Path) -> Path:
+    """A path option against the directory pytest started in, before any test changes directory."""
+    return Path(absolute_path(typed, base))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     try:
         min_ms, max_ms = (float(v) for v in config.getoption("cudaagent_synth_window").split(","))
@@ -48,20 +54,23 @@ def pytest_configure(config: pytest.Config) -> None:
         config.args[:] = []
 
 
-def problem_files(paths: list[str]) -> list[Path]:
+def problem_files(paths: list[str], base: Path) -> list[Path]:
+    """The files to check, absolute against `base` (where pytest started); messages name them
+    as typed."""
     files = []
-    for path in map(Path, paths):
+    for typed in paths:
+        path = absolute(typed, base)
         if path.is_dir():
             files += sorted(p for p in path.glob("*.py") if not p.name.startswith("_"))
         elif path.is_file():
             files.append(path)
         else:
-            raise pytest.UsageError(f"--cudaagent-synth {path}: no such file or directory")
+            raise pytest.UsageError(f"--cudaagent-synth {typed}: no such file or directory")
     return files
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    files = problem_files(config.getoption("cudaagent_synth"))
+    files = problem_files(config.getoption("cudaagent_synth"), config.invocation_params.dir)
     if files:
         drop_default_tests(config, items)
     for path in files:
@@ -81,20 +90,21 @@ class SynthFilterItem(pytest.Item):
         self.path_to_check = path_to_check
 
     def runtest(self) -> None:
-        from .cli import check_file
         from .filters import FilterConfig
+        from .pipeline import check_file
 
         device = resolve_device(self.config.getoption("cudaagent_device", None) or "auto")
+        base = self.config.invocation_params.dir
         kernelbench = self.config.getoption("cudaagent_synth_kernelbench")
         min_ms, max_ms = self.config.stash[WINDOW]
         filters = FilterConfig(device=device, min_ms=min_ms, max_ms=max_ms)
-        verdict = check_file(self.path_to_check, filters, Path(kernelbench) if kernelbench else None)
+        verdict = check_file(self.path_to_check, filters, absolute(kernelbench, base) if kernelbench else None)
         self.user_properties.append(("cudaagent_synth_verdict", json.dumps(verdict)))
         out = self.config.getoption("cudaagent_synth_out")
         if out:
             from pytest_cudaagent.results_file import append_json_line
 
-            append_json_line(out, json.dumps(verdict))
+            append_json_line(absolute(out, base), json.dumps(verdict))
         if not verdict["kept"]:
             raise TaskDropped(verdict)
 

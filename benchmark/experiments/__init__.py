@@ -1,1 +1,3 @@
-"""Lab-notebook measurement scripts: each says in one line what it measures; run with `python -m benchmark.experiments.NAME`."""
+"""The measurement scripts behind the README's numbers (its "Measured" section), run from a
+checkout with `python -m benchmark.experiments.NAME`. Not installed with the package: nothing in
+pytest_cudaagent, benchmark, policy or synthesis imports them."""

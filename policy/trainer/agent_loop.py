@@ -61,6 +61,8 @@ class AgentLoopEnvironment:
     # EvalConfig fields for the tools' and the final evaluations (e.g. {"trials": 5}); the
     # device is always this environment's.
     eval_options: dict = field(default_factory=dict)
+    # Whose "correct" the verify tool and the reward follow: "kernelbench" or "cuda-agent".
+    convention: str = "kernelbench"
 
     def __post_init__(self):
         from policy.evaluation_pool import EvaluationPool
@@ -108,7 +110,7 @@ class AgentLoopEnvironment:
 
         agent_config = AgentConfig(max_turns=self.max_turns, max_context_tokens=self.max_context_tokens,
                                    max_new_tokens=max_new_tokens, **self.agent_options)
-        toolbox = ToolboxConfig(eval_config=evaluator_config(self.device, self.eval_options))
+        toolbox = ToolboxConfig(eval_config=evaluator_config(self.device, self.eval_options, self.convention))
         return SolveConfig(out_dir=out_dir, device=self.device, samples=1, parallel_episodes=self.parallel_episodes,
                            agent=agent_config, toolbox=toolbox)
 

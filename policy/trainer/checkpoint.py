@@ -1,20 +1,30 @@
 """A stage's files: resumable checkpoints (accelerate's full state: models, optimizers, RNGs, plus
 the step) under <stage>/checkpoints/, and the final models under <stage>/final/, which is what
-the next stage starts from."""
+the next stage starts from.
+
+A checkpoint is written under a temporary name and renamed once whole, so a run killed while
+saving leaves the previous checkpoint as the latest; resume never loads half of one."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 from pathlib import Path
 
 FINAL_MARKER = "stage_done.json"
 TRAINER_STATE = "trainer_state.json"
+CHECKPOINT_NAME = re.compile(r"step-(\d+)")
+# Every process writes its part (its RNG states) into the one directory, so the temporary name is
+# the same for all of them rather than carrying a pid.
+TEMPORARY_SUFFIX = ".tmp"
 
 
 def checkpoint_dirs(stage_dir: Path) -> list[Path]:
-    found = (stage_dir / "checkpoints").glob("step-*")
-    return sorted((p for p in found if (p / TRAINER_STATE).exists()), key=lambda p: int(p.name[5:]))
+    found = [(int(match[1]), path) for path in (stage_dir / "checkpoints").glob("step-*")
+             if (match := CHECKPOINT_NAME.fullmatch(path.name)) and (path / TRAINER_STATE).exists()]
+    return [path for _, path in sorted(found)]
 
 
 def latest_checkpoint(stage_dir: Path) -> Path | None:
@@ -26,9 +36,17 @@ def save_checkpoint(accelerator, stage_dir: Path, step: int, keep_last: int = 2)
     """Everything needed to continue at `step`; older checkpoints beyond `keep_last` are removed
     (each holds optimizer states, twice the models' size)."""
     path = stage_dir / "checkpoints" / f"step-{step:06d}"
-    accelerator.save_state(str(path))
+    temporary = path.with_name(path.name + TEMPORARY_SUFFIX)
     if accelerator.is_main_process:
-        (path / TRAINER_STATE).write_text(json.dumps({"step": step}))
+        for leftover in path.parent.glob(f"*{TEMPORARY_SUFFIX}"):  # from a run killed while saving
+            shutil.rmtree(leftover, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(temporary))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        (temporary / TRAINER_STATE).write_text(json.dumps({"step": step}))
+        shutil.rmtree(path, ignore_errors=True)  # this step saved before, by a run resumed earlier
+        os.replace(temporary, path)
         for old in checkpoint_dirs(stage_dir)[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()

@@ -1,13 +1,16 @@
-"""`cudaagent train`: runs the configured stages (policy/trainer/configs/ has examples). The main
-CLI calls `register_train(subparsers)`; `accelerate launch -m policy.trainer.cli --config X`
-runs it on several GPUs or machines."""
+"""`cudaagent train`: runs the configured stages (policy/trainer/configs/ has examples). The
+`cudaagent` entry point `train` calls `register_train(subparsers)`, which needs nothing of the
+train extra; `accelerate launch -m policy.trainer.cli --config X` runs it on several GPUs or
+machines. Relative paths in the config (output_dir, model, problems, ...) are the caller's: they
+resolve against the directory the command runs in, as those of the command line do."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from .config import STAGE_SETTINGS
+from .stage_names import STAGE_NAMES
 
 
 def register_train(subparsers) -> None:
@@ -24,23 +27,30 @@ def register_train(subparsers) -> None:
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="YAML training config (see policy/trainer/configs/)")
-    parser.add_argument("--stage", choices=sorted(STAGE_SETTINGS), default=None,
+    parser.add_argument("--stage", choices=sorted(STAGE_NAMES), default=None,
                         help="run only this stage, from whatever earlier stages have finished")
     parser.add_argument("--output-dir", default=None, help="override the config's output_dir")
     parser.add_argument("--no-resume", action="store_true",
                         help="start unfinished stages from step 0 instead of their latest checkpoint")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
+    parser.set_defaults(path_args=("config", "output_dir"))
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from pytest_cudaagent.cli import require_extra
+    from pytest_cudaagent.user_paths import command_paths
+
+    paths = command_paths(args)
+    require_extra("train", "train", "accelerate", "transformers")
     from .config import TrainConfig
     from .stages import run_pipeline
 
     try:
         config = TrainConfig.from_yaml(args.config)
     except (FileNotFoundError, ValueError) as error:
-        print(f"cudaagent train: {error}", file=sys.stderr)
+        print(f"cudaagent train: {paths.shown(str(error))}", file=sys.stderr)
         return 2
+    config.resolve_paths(Path.cwd())
     if args.output_dir:
         config.output_dir = args.output_dir
     if args.no_progress:
@@ -50,7 +60,7 @@ def run_train(args: argparse.Namespace) -> int:
         shown = {k: round(v, 4) for k, v in summary.items()
                  if k in ("reward_mean", "pass_rate", "kl", "explained_variance", "sft_loss", "kept")}
         print(f"{stage}: {shown}")
-    print(f"models and metrics under {config.output_dir}")
+    print(f"models and metrics under {paths.shown(config.output_dir)}")
     return 0
 
 

@@ -12,9 +12,15 @@ from pathlib import Path
 
 import yaml
 
+from pytest_cudaagent.user_paths import absolute_path
+
 from .ppo import PPOConfig
+from .rewards import SCORERS
 from .rft import RFTConfig
 from .value_pretrain import ValuePretrainConfig
+
+# Environment options that name files or folders (cuda_single_turn.py, agent_loop.py).
+PATH_OPTIONS = ("problems", "work_dir")
 
 # Stage name -> (the StageConfig field holding its settings, the settings class).
 STAGE_SETTINGS = {
@@ -51,10 +57,30 @@ class EnvironmentConfig:
     kind: str = "target-token"
     # Keyword arguments of the environment's constructor (e.g. problems_dir for the CUDA ones).
     options: dict = field(default_factory=dict)
-    # inline: score in the trainer's process (toy rewards); pool: one worker per device.
-    scorer: str = "inline"
-    # Devices of the scoring pool; default every visible GPU.
+    # inline: score in the trainer's process (toy rewards); pool: one evaluator worker per device,
+    # each episode scored the moment it ends; xdist: the whole batch through one pytest -n run of
+    # the plugin. None: the stage's default (default_scorer).
+    scorer: str | None = None
+    # Devices of the scoring pool or xdist workers (one per entry); default every visible GPU.
     scoring_devices: list[str] | None = None
+
+    def __post_init__(self):
+        if self.scorer is not None and self.scorer not in SCORERS:
+            raise ValueError(f"unknown scorer {self.scorer!r}; use one of {', '.join(SCORERS)}")
+
+
+# The environments whose episodes the evaluator scores through a scorer (cuda-agent scores inside
+# its own loop; the toy ones in microseconds).
+EVALUATOR_SCORED = ("cuda-single-turn",)
+
+
+def default_scorer(stage_name: str, environment_kind: str) -> str:
+    """xdist for the batch-synchronous stages (the batch is generated, then scored, then trained
+    on: one pytest-xdist run over it keeps every GPU's timing busy); pool for ppo-multi-turn, whose
+    episodes end at different turns and are scored while the others still generate."""
+    if environment_kind not in EVALUATOR_SCORED:
+        return "inline"
+    return "pool" if stage_name == "ppo-multi-turn" else "xdist"
 
 
 @dataclass
@@ -72,6 +98,8 @@ class StageConfig:
         settings_field, settings_class = STAGE_SETTINGS[self.name]
         if getattr(self, settings_field) is None:
             setattr(self, settings_field, settings_class())
+        if self.environment.scorer is None:
+            self.environment.scorer = default_scorer(self.name, self.environment.kind)
 
     @property
     def settings(self):
@@ -110,6 +138,18 @@ class TrainConfig:
             raise FileNotFoundError(f"no training config at {path}; see policy/trainer/configs/ for examples")
         data = yaml.safe_load(path.read_text()) or {}
         return from_dict(cls, data, str(path))
+
+    def resolve_paths(self, base: Path) -> None:
+        """Relative paths in the config made absolute against `base` (the caller's working
+        directory, like the command line's), before any stage runs elsewhere."""
+        self.output_dir = absolute_path(self.output_dir, base)
+        if self.model != "tiny":
+            self.model = absolute_path(self.model, base)
+        if self.critic_model:
+            self.critic_model = absolute_path(self.critic_model, base)
+        for stage in self.stages:
+            options = stage.environment.options
+            options.update({key: absolute_path(options[key], base) for key in PATH_OPTIONS if options.get(key)})
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

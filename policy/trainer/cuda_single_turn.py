@@ -34,6 +34,8 @@ class CudaSingleTurnEnvironment:
     device: str = "cuda"
     # EvalConfig fields for scoring (e.g. {"trials": 5, "baselines": ["eager", "compile"]}).
     eval_options: dict = field(default_factory=dict)
+    # Whose "correct" the reward follows: "kernelbench" or "cuda-agent" (as AgentLoopEnvironment).
+    convention: str = "kernelbench"
     max_turns: int = 1
 
     def __post_init__(self):
@@ -56,21 +58,31 @@ class CudaSingleTurnEnvironment:
     def reply(self, task: Task, assistant_turns: list[str]) -> ToolReply | None:
         return None
 
+    def candidate_source(self, task: Task, assistant_turns: list[str]) -> str | None:
+        """The candidate file the episode wrote (None: no code, reward -1). Scorers that build
+        their own files (scorer: xdist) call this, with `evaluator_config` and the task's problem."""
+        return extract_code(assistant_turns[-1])
+
+    def problem_file(self, task: Task) -> str:
+        return task.payload["problem"]
+
+    def evaluator_config(self, device: str):
+        """The scoring worker's EvalConfig; a worker pinned to one GPU sees it as "cuda"."""
+        from .rewards import evaluator_config
+
+        return evaluator_config(device if self.device == "cuda" else "cpu", self.eval_options, self.convention)
+
     def score(self, task: Task, assistant_turns: list[str], device: str) -> float:
         from pytest_cudaagent import BadFileError, evaluate
 
-        from .rewards import evaluator_config
-
-        code = extract_code(assistant_turns[-1])
+        code = self.candidate_source(task, assistant_turns)
         if code is None:
             return FAILED_REWARD
-        # The scoring pool pins each worker to one GPU, which it sees as "cuda".
-        config = evaluator_config(device if self.device == "cuda" else "cpu", self.eval_options)
         with tempfile.TemporaryDirectory(prefix="cudaagent-candidate-") as directory:
             candidate = Path(directory) / "candidate.py"
             candidate.write_text(code)
             try:
-                result = evaluate(task.payload["problem"], str(candidate), config)
+                result = evaluate(self.problem_file(task), str(candidate), self.evaluator_config(device))
             except BadFileError:
                 return FAILED_REWARD
         return float(result.reward)

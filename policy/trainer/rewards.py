@@ -1,13 +1,17 @@
-"""Scoring finished episodes while generation goes on: a process pool with one worker per device
-(one per GPU for the evaluator's timing), or inline scoring for cheap toy rewards."""
+"""Scoring finished episodes: inline for cheap toy rewards; a process pool with one worker per
+device (one per GPU for the evaluator's timing) that scores each episode the moment it ends, while
+generation goes on; or the whole batch through one pytest-xdist run (xdist_scorer.py)."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
 from concurrent.futures import Future, ProcessPoolExecutor
+from pathlib import Path
 
 from .environments import Environment, Task
+
+SCORERS = ("inline", "pool", "xdist")
 
 # The device this pool worker scores on; set once by the pool initializer, read by every job.
 _WORKER_DEVICE = "cpu"
@@ -43,6 +47,9 @@ class InlineScorer:
             future.set_exception(error)
         return future
 
+    def flush(self) -> None:
+        """Nothing waits: every episode was scored on submission."""
+
     def close(self) -> None:
         pass
 
@@ -69,16 +76,24 @@ class DevicePoolScorer:
     def submit(self, task: Task, assistant_turns: list[str]) -> Future:
         return self._pool.submit(_score_in_worker, self.environment, task, list(assistant_turns))
 
+    def flush(self) -> None:
+        """Nothing waits: every episode went to the pool on submission."""
+
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def evaluator_config(device: str, options: dict):
+def evaluator_config(device: str, options: dict, convention: str = "kernelbench"):
     """The evaluator's settings for a CUDA environment: EvalConfig's defaults (both baselines, so
-    rewards 2 and 3 are reachable), the config's `eval_options` over them, the given device last."""
+    rewards 2 and 3 are reachable), the config's `eval_options` over them, then the environment's
+    convention and device. The convention is the environment's own field, so the agent's tools
+    and the reward judge by one setting; `eval_options` may not name another."""
     from pytest_cudaagent import EvalConfig
 
-    return EvalConfig.from_dict({**EvalConfig().to_dict(), **options, "device": device})
+    if options.get("convention", convention) != convention:
+        raise ValueError(f"eval_options sets convention {options['convention']!r} but the environment's "
+                         f"convention is {convention!r}; set it once, as the environment's `convention`")
+    return EvalConfig.from_dict({**EvalConfig().to_dict(), **options, "convention": convention, "device": device})
 
 
 def scoring_devices(requested: list[str] | None) -> list[str]:
@@ -93,10 +108,19 @@ def scoring_devices(requested: list[str] | None) -> list[str]:
     return ["cpu"] * max(1, (os.cpu_count() or 2) // 2)
 
 
-def build_scorer(environment: Environment, mode: str, devices: list[str] | None = None):
-    """mode 'inline' (toy rewards) or 'pool' (the evaluator: one worker per device)."""
+def build_scorer(environment: Environment, mode: str, devices: list[str] | None = None,
+                 work_dir: str | Path | None = None):
+    """mode 'inline' (toy rewards), 'pool' (the evaluator: one worker per device, each episode
+    scored the moment it ends) or 'xdist' (the batch through one pytest-xdist run, files under
+    `work_dir`)."""
     if mode == "inline":
         return InlineScorer(environment)
     if mode == "pool":
         return DevicePoolScorer(environment, scoring_devices(devices))
-    raise ValueError(f"unknown scorer mode {mode!r}; use 'inline' or 'pool'")
+    if mode == "xdist":
+        from .xdist_scorer import XdistScorer
+
+        if work_dir is None:
+            raise ValueError("scorer xdist writes candidate files: give it a work_dir")
+        return XdistScorer(environment, scoring_devices(devices), work_dir)
+    raise ValueError(f"unknown scorer {mode!r}; use one of {', '.join(SCORERS)}")

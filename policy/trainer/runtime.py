@@ -97,7 +97,8 @@ class StageRuntime:
             raise ValueError("rollout engine vllm runs one engine in the trainer's process and supports one "
                              "process only; on several GPUs use engine: in-process")
         environment = build_environment(stage.environment.kind, stage.environment.options)
-        scorer = build_scorer(environment, stage.environment.scorer, stage.environment.scoring_devices)
+        scorer = build_scorer(environment, stage.environment.scorer, stage.environment.scoring_devices,
+                              stage_dir / "scoring" / f"process-{accelerator.process_index}")
         logger = MetricsLogger(stage_dir, stage.name, train_config.tensorboard, accelerator.is_main_process)
         return cls(
             stage.name, stage_dir, accelerator, tokenizer, environment, scorer, logger, stage.rollout,
@@ -128,7 +129,7 @@ class StageRuntime:
                 self.accelerator.unwrap_model(actor), self.tokenizer, rng, count, self.rollout_config, step,
                 engine=sampler.engine if sampler else None,
             )
-        return collect_rollouts(
+        rollouts = collect_rollouts(
             sampler or self.generator_for(actor),
             self.tokenizer,
             self.environment,
@@ -137,6 +138,8 @@ class StageRuntime:
             self.rollout_config.max_new_tokens,
             self.rollout_config.max_total_tokens,
         )
+        self.scorer.flush()  # the batch is complete: a batch scorer starts now
+        return rollouts
 
     def vllm_sampler(self, actor):
         """The stage's vLLM sampler (built once, from model_path) with `actor`'s current weights."""

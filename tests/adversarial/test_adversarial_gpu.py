@@ -54,3 +54,21 @@ def test_honest_cublas_gemm_passes():
     result = evaluate(PROBLEMS / "linear_bias_relu.py", CUDA_CANDIDATES / "linear_bias_relu.py", CONFIG)
     assert result.passed and not result.violations, result.summary()
     assert any("gemm" in kernel.lower() for kernel in result.kernels)
+
+
+RELU_16MB = TEST_PROBLEMS / "relu_16mb.py"
+
+
+@pytest.mark.parametrize("name", ["l2_persisting_window", "l2_persisting_other_stream", "l2_persisting_driver_api"])
+def test_persisting_l2_left_set_after_forward_is_rejected(name):
+    result = evaluate(RELU_16MB, HERE / f"{name}.py", CONFIG)
+    assert not result.passed and result.reward == -1
+    assert "l2_persistence" in {v.rule for v in result.violations}, result.summary()
+
+
+@pytest.mark.parametrize("name", ["honest_l2_window", "l2_persisting_init_only"])
+def test_persisting_l2_that_cannot_outlive_a_timed_call_passes(name):
+    """Set and given back inside forward, or set only at construction (the timer zeroes it before
+    every timed call and forward never sets it again): timed honestly, not rejected."""
+    result = evaluate(RELU_16MB, HERE / f"{name}.py", CONFIG)
+    assert result.passed and not result.violations, result.summary()

@@ -79,8 +79,11 @@ def test_baselines_command_times_eager_on_cpu_and_fills_the_cache(tmp_path, caps
     assert list(record["eager"]) == ["level2"]  # --level 2 only
     assert "1_Tiny_relu_add.py" in capsys.readouterr().out  # the comparison table
     problem = tmp_path / "kb" / "KernelBench" / "level2" / "1_Tiny_relu_add.py"
+    records = [json.loads(path.read_text()) for path in (cache / "baselines").glob("*.json")]
+    record = next(record for record in records if record["problem"] == str(problem) and record["mode"] == "eager")
     cached = BaselineCache(cache)
-    assert cached.get(cached.key(problem, "cpu", "eager", EvalConfig().timing_config)) is not None
+    key = cached.key(problem, "cpu", "eager", EvalConfig().timing_config, "kernelbench", record["backend_settings"])
+    assert cached.get(key) is not None
 
 
 def test_baselines_command_refuses_unknown_modes(tmp_path, capsys):

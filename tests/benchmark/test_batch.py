@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.batch import BatchSettings, _end_with_newline, default_workers, pytest_command
+from benchmark.batch import BatchSettings, default_workers, pytest_command
 from benchmark.progress import ResultsTail
-from pytest_cudaagent.results_file import read_results
+from pytest_cudaagent.results_file import append_json_line, read_results
 
 from .bench_helpers import fake_result, make_kernelbench_tree, run_cli, write_candidate
 
@@ -22,13 +22,17 @@ def test_default_workers_leave_builds_room_beside_each_gpu_timing():
 
 def test_pytest_command_carries_the_settings(tmp_path, monkeypatch):
     settings = BatchSettings(device="cpu", trials=3, baselines=("eager", "max-autotune"), timing=False,
-                             policy="permissive", tolerance="strict")
+                             policy="permissive", tolerance="strict", backend="strict-fp32")
     command = pytest_command(tmp_path / "pairs.json", tmp_path / "r.jsonl", tmp_path, settings, "cpu", 4)
     text = " ".join(command)
     for part in ("-n 4", "--cudaagent-trials 3", "--cudaagent-baselines eager,max-autotune",
-                 "--cudaagent-policy permissive", "--cudaagent-tolerance strict", "--cudaagent-no-timing",
+                 "--cudaagent-policy permissive", "--cudaagent-tolerance strict", "--cudaagent-no-timing", "--cudaagent-backend strict-fp32",
                  "-p benchmark.pairs_plugin", f"--bench-pairs {tmp_path / 'pairs.json'}"):
         assert part in text
+    assert "--cudaagent-config" not in text
+    with_file = BatchSettings(device="cpu", config_file=tmp_path / "eval_config.json")
+    text = " ".join(pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, with_file, "cpu", 1))
+    assert f"--cudaagent-config {tmp_path / 'eval_config.json'}" in text
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     disabled = " ".join(pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, settings, "cpu", 1))
     assert "-p pytest_cudaagent.plugin" in disabled and "-p xdist.plugin" in disabled
@@ -40,9 +44,7 @@ def test_results_tail_waits_for_complete_lines_and_half_lines_are_closed(tmp_pat
     path.write_text(line + "\n" + line[:40])
     tail = ResultsTail(path, 0)
     assert len(tail.poll()) == 1 and tail.poll() == []
-    _end_with_newline(path)  # what a resumed run does before appending
-    with open(path, "a") as handle:
-        handle.write(line + "\n")
+    append_json_line(path, line)  # a resumed run's next line starts on a line of its own
     assert len(tail.poll()) == 1  # the cut line is skipped, the new one is read
     assert len(read_results(path)) == 2
 
@@ -92,3 +94,30 @@ def test_bench_runs_under_xdist_writes_reports_and_resumes_without_redoing_work(
     manifest = json.loads((out / ".bench-run" / "pairs.json").read_text())
     assert [Path(row["candidate"]).name for row in manifest] == ["level_1_problem_1_sample_1.py"]
     assert "| out | level1 | 1 | 2 | 100 | 50 |" in (out / "leaderboard.md").read_text()  # pass@1 now 50%
+
+
+def test_resume_names_a_cut_line_and_redoes_its_pair(tmp_path, monkeypatch):
+    """A batch killed while writing its second Result: resume says which line it skipped and
+    plans that pair again (run here up to the point where pytest would start)."""
+    from rich.console import Console
+
+    from benchmark import batch
+    from pytest_cudaagent.pairing import Pair
+
+    pairs = [Pair(tmp_path / f"{name}.py", tmp_path / f"{name}_c.py") for name in ("a", "b")]
+    path = tmp_path / "results.jsonl"
+    append_json_line(path, fake_result(str(pairs[0].problem), str(pairs[0].candidate)).to_json())
+    with open(path, "a") as handle:
+        handle.write(fake_result(str(pairs[1].problem), str(pairs[1].candidate)).to_json()[:50])
+    planned = []
+
+    def plan_and_stop(manifest, todo):
+        planned.extend(todo)
+        raise StopIteration  # before pytest would start
+
+    monkeypatch.setattr(batch, "write_manifest", plan_and_stop)
+    console = Console(record=True, width=300)
+    with pytest.raises(StopIteration):
+        batch.run_batch(pairs, path, BatchSettings(device="cpu"), resume=True, console=console)
+    assert "skipped 1 unreadable line(s) (line 2)" in console.export_text()
+    assert planned == [pairs[1]]

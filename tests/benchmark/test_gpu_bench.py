@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmark.experiments.throughput_templates import variants
 from benchmark.kernelbench import EXAMPLES_PROBLEMS
-from benchmark.throughput_templates import variants
 from pytest_cudaagent.results_file import read_results
 
 from .bench_helpers import run_cli

@@ -5,7 +5,9 @@ import math
 import pandas as pd
 import pytest
 
-from benchmark.leaderboard import Leaderboard, markdown_table, run_names, write_reports
+from benchmark.leaderboard import Leaderboard, markdown_table, run_names, to_markdown
+from benchmark.reports import write_reports
+from pytest_cudaagent.result import Violation
 
 from .bench_helpers import fake_result, run_cli, write_results
 
@@ -126,3 +128,59 @@ def test_examples_level_and_run_names(tmp_path):
 def test_markdown_table_formats_missing_values():
     assert markdown_table(pd.DataFrame({"x": [1.5, math.nan], "y": ["a|b", "c"]})).splitlines()[2:] == [
         "| 1.5 | a\\|b |", "| - | c |"]
+
+
+def _flagged(result, rule: str, detail: str):
+    """`result` with a review rule, as the evaluator records it: a violation for
+    timing_inconsistent, a warning for the others."""
+    (result.violations if result.status == "violation" else result.warnings).append(Violation(rule, detail))
+    return result
+
+
+HEADLINE = ["problems", "candidates", "correct (fast_0) %", "fast_1 vs eager %", "fast_1 vs compile %",
+            "geomean vs eager (correct)", "geomean vs compile (correct)", "geomean vs eager (all, failures=1x)",
+            "geomean vs compile (all, failures=1x)", "mean reward"]
+
+
+def test_flagged_rows_timed_near_zero_move_no_headline_number_and_are_listed_for_review(tmp_path):
+    honest = [
+        fake_result(P1, _cand("level_1_problem_1_sample_0_kernel.py"), candidate_ms=1.0, eager_ms=2.0, compile_ms=1.5),
+        fake_result(P2, _cand("level_1_problem_2_sample_0_kernel.py"), candidate_ms=2.0, eager_ms=2.0, compile_ms=3.0),
+    ]
+    near_zero = [
+        # A second sample of a solved problem: best-of-k would pick it, and its speedup is 10^6.
+        _flagged(fake_result(P1, _cand("level_1_problem_1_sample_1_kernel.py"), candidate_ms=2e-6, eager_ms=2.0,
+                             compile_ms=1.5), "implausible_speedup", "1000000.0x exceeds the plausibility bound"),
+        # A problem with no other sample: it would add a 10^6 factor to the geomean.
+        _flagged(fake_result("/kb/KernelBench/level1/3_C.py", _cand("level_1_problem_3_sample_0_kernel.py"),
+                             candidate_ms=1e-6, eager_ms=1.0, compile_ms=1.0), "unstable_baseline",
+                 "baseline spread 40% between repeats"),
+        _flagged(fake_result(P2, _cand("level_1_problem_2_sample_1_kernel.py"), status="violation"),
+                 "timing_inconsistent", "timed calls took 0.0001 ms, less than the 0.5 ms its kernels span"),
+    ]
+    clean = Leaderboard.from_files([write_results(tmp_path / "clean" / "results.jsonl", honest)])
+    board = Leaderboard.from_files([write_results(tmp_path / "mixed" / "results.jsonl", honest + near_zero)])
+
+    assert _row(board.summary, level="level1")["flagged for review"] == 3
+    assert {k: _row(board.summary, level="level1")[k] for k in HEADLINE} == \
+        {k: _row(clean.summary, level="level1")[k] for k in HEADLINE}
+    assert board.fast_p.drop(columns="run").equals(clean.fast_p.drop(columns="run"))
+    assert list(board.problems["problem"]) == ["1_A.py", "2_B.py"]
+
+    assert sorted(board.flagged["rule"]) == ["implausible_speedup", "timing_inconsistent", "unstable_baseline"]
+    row = _row(board.flagged, problem="3_C.py")
+    assert row["candidate"] == "level_1_problem_3_sample_0_kernel.py" and row["candidate ms"] == 0.0
+    assert row["detail"] == "baseline spread 40% between repeats"
+
+    paths = write_reports(board, tmp_path / "report")
+    markdown = paths["markdown"].read_text()
+    flagged_section = markdown.split("## Flagged for review", 1)[1].split("##", 1)[0]
+    assert flagged_section.count("| mixed |") == 3 and "less than the 0.5 ms its kernels span" in flagged_section
+    html = paths["html"].read_text()
+    assert "Flagged for review" in html and "baseline spread 40% between repeats" in html
+
+
+def test_a_board_without_flagged_rows_says_none_under_review(runs):
+    board = Leaderboard.from_files([runs[0]])
+    assert board.flagged.empty and set(board.summary["flagged for review"]) == {0}
+    assert "## Flagged for review\n\n(none)" in to_markdown(board)

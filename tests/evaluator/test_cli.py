@@ -58,3 +58,19 @@ def test_verify_timing_flags_reach_the_timing_config(monkeypatch, flags, overlap
     monkeypatch.setattr(cli, "evaluate", fake_evaluate)
     assert cli.main(["verify", str(SMALL_LEAKY), str(CPU_CANDIDATES / "leaky_relu.py"), "--json", *flags]) == 1
     assert seen["timing"].overlap_launch is overlap and seen["timing"].audit_timed_calls is audit
+
+
+@pytest.mark.parametrize(("flags", "backend"), [([], "pytorch-default"), (["--backend", "strict-fp32"], "strict-fp32")])
+def test_verify_backend_flag_reaches_the_config(monkeypatch, flags, backend):
+    from pytest_cudaagent import cli
+    from pytest_cudaagent.result import Result
+
+    seen = {}
+
+    def fake_evaluate(problem, candidate, config):
+        seen["backend"] = config.backend
+        return Result(problem=str(problem), candidate=str(candidate), status="incorrect")
+
+    monkeypatch.setattr(cli, "evaluate", fake_evaluate)
+    assert cli.main(["verify", str(SMALL_LEAKY), str(CPU_CANDIDATES / "leaky_relu.py"), "--json", *flags]) == 1
+    assert seen["backend"] == backend

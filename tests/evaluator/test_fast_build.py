@@ -96,13 +96,13 @@ def test_a_lock_file_left_by_a_killed_build_is_cleared_while_a_live_build_lock_i
 def test_candidates_share_one_pch_and_keep_their_own_flags(tmp_path):
     cache_dir = default_cache_dir()
     variant = requested_variants(check_candidate(CPU_CANDIDATES / "row_sum.py"), "cpu")[0]
-    first = evaluate(PROBLEMS / "row_sum.py", CPU_CANDIDATES / "row_sum.py", cpu_config(cache_dir=cache_dir))
+    first = evaluate(PROBLEMS / "row_sum.py", CPU_CANDIDATES / "row_sum.py", cpu_config(cache_dir=cache_dir, fast_build=True))
     assert first.status == "passed", first.error
     builds = build_log_lines(cache_dir, variant.key())
     assert builds >= 1 and ready_pch(pch_dir(cache_dir), variant) is not None
     # A second candidate with its own -D flag: same header, not rebuilt, and its macro works.
     scaled = write_candidate(tmp_path / "scaled.py", "scaled_row_sum", ROW_SUM_CPP, '["-O3", "-DROW_SCALE=1"]')
-    second = evaluate(PROBLEMS / "row_sum.py", scaled, cpu_config(cache_dir=cache_dir))
+    second = evaluate(PROBLEMS / "row_sum.py", scaled, cpu_config(cache_dir=cache_dir, fast_build=True))
     assert second.status == "passed", second.error
     assert build_log_lines(cache_dir, variant.key()) == builds
     ninja = check_candidate(scaled).extensions_dir(cache_dir) / "scaled_row_sum" / "build.ninja"

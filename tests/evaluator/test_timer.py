@@ -69,23 +69,25 @@ def test_patched_clock_changes_nothing():
     assert elapsed > 0
 
 
-def test_timed_calls_run_bare_unless_auditing_every_call_is_asked_for():
+def test_fresh_call_count_follows_the_budget_and_the_memory_for_fresh_sets():
     import dataclasses
 
-    def counting_audit(counter):
-        def audit(call):
-            counter.append(1)
-            return call()
-        return audit
+    from pytest_cudaagent.timer import fresh_call_count
 
-    sets = content_sets()
-    bare, every = [], []
-    measurement = Timer(Clock("cpu"), CONFIG).measure(lambda x: x * 2, sets, audit=counting_audit(bare))
-    assert len(bare) == len(sets)  # only the check round
-    assert all(torch.equal(out, c[0] * 2) for c, out in zip(sets, measurement.audited_outputs, strict=True))
-    audited_config = dataclasses.replace(CONFIG, audit_timed_calls=True)
-    measurement = Timer(Clock("cpu"), audited_config).measure(lambda x: x * 2, sets, audit=counting_audit(every))
-    assert len(every) >= len(measurement.samples_ms) + len(sets)
+    config = dataclasses.replace(CONFIG, repeat_ms=100, min_samples=10, max_samples=1000, fresh_inputs_bytes=1 << 30)
+    assert fresh_call_count(1.0, 1 << 10, config) == 100  # the repeat budget decides
+    assert fresh_call_count(0.001, 1 << 10, config) == 1000  # capped at max_samples
+    assert fresh_call_count(0.01, 64 << 20, config) == 16  # 16 sets of 64 MiB fit in 1 GiB
+    assert fresh_call_count(0.01, 512 << 20, config) == 10  # never fewer than min_samples
+
+
+def test_busy_time_counts_overlapping_kernels_once():
+    from pytest_cudaagent.timer import busy_ns
+
+    assert busy_ns([]) == 0
+    assert busy_ns([(0, 10), (20, 30)]) == 20  # a gap is not busy
+    assert busy_ns([(0, 10), (5, 15), (12, 20)]) == 20  # overlaps once
+    assert busy_ns([(30, 40), (0, 100)]) == 100  # contained, in any order
 
 
 class FakeKernel:
@@ -126,7 +128,7 @@ def test_profiled_calls_are_split_at_the_flushes_which_are_not_counted():
     ]
     profiled = split_calls(list(reversed(events)), calls=3, skip=1)
     assert profiled.device_ms == (240 / 1e6 + 1000 / 1e6) / 2
-    assert profiled.span_ms == (250 / 1e6 + 1000 / 1e6) / 2
+    assert profiled.busy_ms == (240 / 1e6 + 1000 / 1e6) / 2  # the idle gap in call 1 is not busy
     assert profiled.kernel_names == ["mine", "warm"]  # neither marker nor flush
     assert profiled.other_streams is False
 
@@ -137,7 +139,7 @@ def test_work_on_another_stream_is_counted_and_reported():
     events = [FakeKernel(3, 0, 10), FakeKernel(7, 20, 100), FakeKernel(3, 150, 250, "mine"),
               FakeKernel(9, 200, 400, "side"), FakeKernel(7, 450, 550)]
     profiled = split_calls(events, calls=1)
-    assert profiled.device_ms == 300 / 1e6 and profiled.span_ms == 250 / 1e6
+    assert profiled.device_ms == 300 / 1e6 and profiled.busy_ms == 250 / 1e6
     assert profiled.other_streams is True
 
 

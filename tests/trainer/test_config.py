@@ -55,3 +55,30 @@ def test_inference_batch_size_must_be_positive():
     with pytest.raises(ValueError, match="inference_batch_size .0. must be at least 1"):
         PPOConfig(inference_batch_size=0)
     assert PPOConfig(inference_batch_size=64).inference_batch_size == 64
+
+
+def test_stage_names_for_the_cli_are_the_configs_stages():
+    """`cudaagent train --stage` lists stage_names.STAGE_NAMES (no training stack at --help time)."""
+    from policy.trainer.config import STAGE_SETTINGS
+    from policy.trainer.stage_names import STAGE_NAMES
+
+    assert set(STAGE_NAMES) == set(STAGE_SETTINGS)
+
+
+def test_relative_paths_in_a_config_resolve_against_the_callers_folder(tmp_path):
+    """The bundled configs name examples/problems and runs/... from the repository root: paths in
+    a config are the caller's, like those on the command line, whatever folder the config is in."""
+    path = tmp_path / "configs" / "c.yaml"
+    path.parent.mkdir()
+    path.write_text("output_dir: runs/x\nmodel: models/base\nstages:\n  - name: ppo-multi-turn\n"
+                    "    environment: {kind: cuda-agent, options: {problems: probs, work_dir: runs/ep, max_turns: 3}}\n"
+                    "  - name: rft\n")
+    config = TrainConfig.from_yaml(path)
+    config.resolve_paths(tmp_path / "user")
+    assert config.output_dir == str(tmp_path / "user" / "runs" / "x")
+    assert config.model == str(tmp_path / "user" / "models" / "base") and config.critic_model is None
+    assert config.stages[0].environment.options == {"problems": str(tmp_path / "user" / "probs"),
+                                                    "work_dir": str(tmp_path / "user" / "runs" / "ep"), "max_turns": 3}
+    tiny = TrainConfig(model="tiny")
+    tiny.resolve_paths(tmp_path)
+    assert tiny.model == "tiny"

@@ -1,0 +1,236 @@
+"""The handlers of `cudaagent bench`, `cudaagent leaderboard` and `cudaagent baselines` (their
+arguments: cli.py). Each returns the exit code; paths arrive absolute, and messages show them as
+typed (`args.paths`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from pytest_cudaagent.config import BASELINE_MODES, EvalConfig
+from pytest_cudaagent.files import BadFileError
+from pytest_cudaagent.lifetime import stop_on_sigterm
+from pytest_cudaagent.user_paths import command_paths
+
+from .baselines import compare, geomean_ratio, time_baselines, to_json_record
+from .batch import (
+    PYTEST_RAN,
+    BatchError,
+    BatchSettings,
+    gpu_count,
+    log_tail,
+    resolve_device,
+    run_batch,
+)
+from .kernelbench import EXAMPLES_PROBLEMS, Problem, load_flat, load_kernelbench, select
+from .leaderboard import Leaderboard, to_markdown
+from .reports import write_reports
+from .solutions import pair_solutions
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXAMPLES_CANDIDATES = EXAMPLES_PROBLEMS.parent / "candidates"
+# The leaderboard columns that fit a terminal; the files have them all.
+TERMINAL_COLUMNS = ("run", "level", "problems", "candidates", "correct (fast_0) %", "fast_1 vs eager %",
+                    "fast_1 vs compile %", "geomean vs compile (correct)", "mean reward", "flagged for review")
+
+
+class UsageError(Exception):
+    """Bad arguments or inputs; the message says what to give instead."""
+
+
+def comma_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def ids(text: str) -> list[int]:
+    """"3", "1,4,9" or "1-10"."""
+    found = []
+    for item in comma_list(text):
+        low, _, high = item.partition("-")
+        found += list(range(int(low), int(high) + 1)) if high else [int(low)]
+    return found
+
+
+# -- problem selection and baseline modes, shared by bench and baselines ----------------------
+
+
+def _problems(args, materialize_dir: Path) -> list[Problem]:
+    if args.kernelbench and args.problems:
+        raise UsageError("give --kernelbench or --problems, not both")
+    try:
+        if args.kernelbench:
+            problems = load_kernelbench(args.kernelbench, materialize_dir)
+        else:
+            problems = load_flat(args.problems or EXAMPLES_PROBLEMS)
+        levels = [level for item in args.level for level in comma_list(item)]
+        ids = [number for item in args.problem_id for number in ids(item)]
+    except (FileNotFoundError, ValueError) as error:
+        raise UsageError(str(error)) from None
+    chosen = select(problems, levels, ids, args.name)
+    if not chosen:
+        raise UsageError(f"no problems left after selection (from {len(problems)}); check --level, "
+                         "--problem-id and --name")
+    return chosen
+
+
+def _baseline_modes(text: str) -> tuple[str, ...]:
+    modes = tuple(comma_list(text))
+    unknown = set(modes) - set(BASELINE_MODES)
+    if unknown:
+        raise UsageError(f"unknown baseline(s) {sorted(unknown)}; use {', '.join(BASELINE_MODES)}")
+    return modes
+
+
+def print_frame(frame: pd.DataFrame, title: str, console: Console) -> None:
+    table = Table(*[str(column) for column in frame.columns], title=title)
+    for row in frame.itertuples(index=False):
+        table.add_row(*["-" if isinstance(v, float) and math.isnan(v) else
+                        (f"{v:g}" if isinstance(v, float) else str(v)) for v in row])
+    console.print(table)
+
+
+def _handle(handler):
+    """Usage errors become exit code 2 with the message, its paths as the user typed them."""
+    def run(args) -> int:
+        paths = command_paths(args)
+        try:
+            return handler(args)
+        except (UsageError, BadFileError, BatchError) as error:
+            Console(stderr=True).print(f"[red]cudaagent {getattr(args, 'command', '')}:[/] {paths.shown(str(error))}",
+                                       highlight=False, soft_wrap=True)
+            return EXIT_USAGE
+    return run
+
+
+# -- bench -----------------------------------------------------------------------------------
+
+
+def default_candidates(device: str) -> Path:
+    return EXAMPLES_CANDIDATES / ("cuda" if device == "cuda" else "cpu")
+
+
+@_handle
+def run_bench(args) -> int:
+    console, shown = Console(), args.paths.shown
+    stop_on_sigterm()
+    out_dir = Path(args.out)
+    if args.resume and args.overwrite:
+        raise UsageError("--resume and --overwrite contradict each other; pick one")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    problems = _problems(args, out_dir / "problems")
+    device = resolve_device(args.device)
+    if args.candidates:
+        candidates = Path(args.candidates)
+    elif args.kernelbench or args.problems:
+        raise UsageError("--candidates DIR is needed with --kernelbench or --problems")
+    else:
+        candidates = default_candidates(device)
+    try:
+        pairing = pair_solutions(problems, candidates)
+    except FileNotFoundError as error:
+        raise UsageError(str(error)) from None
+    if pairing.unmatched:
+        console.print(f"[yellow]{len(pairing.unmatched)} candidate(s) in {shown(str(candidates))} match no selected problem, "
+                      f"e.g. {pairing.unmatched[0].name}[/]", highlight=False)
+    if not pairing.pairs:
+        raise UsageError(f"no candidate in {candidates} pairs with the {len(problems)} problem(s); name them "
+                         "level_<L>_problem_<N>_sample_<K>_kernel.py (KernelBench) or <problem stem>[_sample_<K>].py")
+    results_path = out_dir / "results.jsonl"
+    if args.overwrite and results_path.exists():
+        results_path.unlink()
+    settings = BatchSettings(device=device, workers=args.workers, trials=args.trials,
+                             baselines=_baseline_modes(args.baselines), timing=not args.no_timing,
+                             policy=args.policy, tolerance=args.tolerance, convention=args.convention,
+                             backend=args.backend)
+    console.print(f"bench: {len(pairing.pairs)} pair(s) over {len(problems)} problem(s), candidates from "
+                  f"{shown(str(candidates))}, device {device}", highlight=False)
+    outcome = run_batch(pairing.pairs, results_path, settings, resume=args.resume, console=console)
+    if args.resume:
+        console.print(f"resume: skipped {outcome.skipped} of {outcome.planned} pair(s) already done in "
+                      f"{shown(str(results_path))}", highlight=False)
+    if outcome.pytest_exit is not None:
+        console.print(f"evaluated {len(outcome.new_results)} pair(s) with {outcome.workers} worker(s); "
+                      f"pytest log: {shown(str(outcome.log_path))}", highlight=False)
+    exit_code = EXIT_OK
+    if outcome.pytest_exit not in (None, *PYTEST_RAN) or outcome.missing:
+        console.print(f"[red]{outcome.missing} pair(s) gave no Result (pytest exit {outcome.pytest_exit}); "
+                      f"the tail of {shown(str(outcome.log_path))}:[/]\n{log_tail(outcome.log_path)}", highlight=False)
+        exit_code = EXIT_FAILED
+    if not results_path.exists():
+        return EXIT_FAILED
+    return max(exit_code, _write_leaderboard([results_path], out_dir, console, shown))
+
+
+def _write_leaderboard(results: list[Path], out_dir: Path, console: Console, shown) -> int:
+    try:
+        board = Leaderboard.from_files(results)
+    except (FileNotFoundError, ValueError) as error:
+        raise UsageError(str(error)) from None
+    paths = write_reports(board, out_dir)
+    print_frame(board.summary[[column for column in TERMINAL_COLUMNS if column in board.summary]],
+                "leaderboard (all columns in leaderboard.md)", console)
+    console.print("wrote " + ", ".join(shown(str(path)) for path in paths.values()), highlight=False)
+    return EXIT_OK
+
+
+# -- leaderboard -----------------------------------------------------------------------------
+
+
+@_handle
+def run_leaderboard(args) -> int:
+    paths = [Path(path) for path in args.results]
+    if args.out:
+        return _write_leaderboard(paths, Path(args.out), Console(), args.paths.shown)
+    try:
+        print(to_markdown(Leaderboard.from_files(paths)))
+    except (FileNotFoundError, ValueError) as error:
+        raise UsageError(str(error)) from None
+    return EXIT_OK
+
+
+# -- baselines -------------------------------------------------------------------------------
+
+
+@_handle
+def run_baselines(args) -> int:
+    console, shown = Console(), args.paths.shown
+    out_path = Path(args.out)
+    modes = _baseline_modes(args.modes)
+    if not modes:
+        raise UsageError("--modes is empty; give eager, compile and/or max-autotune")
+    if args.compare and not Path(args.compare).is_file():
+        raise UsageError(f"{args.compare}: no such baseline file to compare with")
+    device = resolve_device(args.device)
+    if device == "cuda" and not gpu_count():
+        raise UsageError("--device cuda asked for, but no CUDA GPU is visible; use --device cpu")
+    problems = _problems(args, out_path.parent / f".{out_path.stem}-problems")
+    workers = args.workers or (min(4, os.cpu_count() or 1) if device == "cuda" else 1)
+    config = EvalConfig(device=device, baselines=modes)
+    console.print(f"baselines: {len(problems)} problem(s), modes {', '.join(modes)}, device {device}", highlight=False)
+
+    def report(found) -> None:
+        times = ", ".join(f"{mode} {stats.mean:.4g} ms" for mode, stats in found.stats.items())
+        console.print(f"{found.problem.level_key}/{found.problem.name}: {found.error or times}", highlight=False)
+
+    found = time_baselines(problems, modes, config, device, workers, on_done=report)
+    previous = json.loads(out_path.read_text()) if out_path.is_file() else None
+    record = to_json_record(found, device, config, previous)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(record, indent=1))
+    console.print(f"wrote {shown(str(out_path))}", highlight=False)
+    if args.compare:
+        table = compare(record, Path(args.compare), args.compare_mode)
+        if table.empty:
+            console.print(f"[yellow]no problem of {shown(str(out_path))} is in {shown(args.compare)}[/]", highlight=False)
+        else:
+            print_frame(table, f"our mean / {Path(args.compare).name} (above 1: slower here)", console)
+            print_frame(geomean_ratio(table), "geomean ratio", console)
+    failed = [item for item in found if item.error]
+    return EXIT_FAILED if failed else EXIT_OK

@@ -1,0 +1,318 @@
+"""Differential test: KernelBench's own `eval_kernel_against_ref` and our `evaluate` (convention
+kernelbench) judge the same (problem, candidate) pairs; prints how often they agree on correctness.
+
+Run on a GPU machine (KernelBench's eval needs CUDA; its eval module imports numpy, requests and
+pydantic), with a KernelBench checkout kept in an ignored folder:
+
+    python -m benchmark.experiments.kernelbench_differential --kernelbench .kernelbench/ \
+        [--release v0.1|main] [--pairs PROBLEMS_DIR CANDIDATES_DIR]... \
+        [--against PROBLEM CANDIDATES_DIR]... [--results KB_RESULTS_DIR] [--json FILE]
+
+Without --pairs, --against or --results it runs tests/compat and tests/compat/conventions, and
+the CPU adversarial corpus against its problem. The README's table "Where we differ from
+KernelBench, and why" explains each kind of disagreement this prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import multiprocessing
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from pytest_cudaagent import BadFileError, EvalConfig, evaluate
+from pytest_cudaagent.pairing import Pair, pair_directory
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_PAIR_DIRS = [(REPO / "tests" / "compat" / "problems", REPO / "tests" / "compat" / "candidates"),
+                     (REPO / "tests" / "compat" / "conventions" / "problems",
+                      REPO / "tests" / "compat" / "conventions" / "candidates")]
+DEFAULT_AGAINST = [(REPO / "tests" / "data" / "problems" / "small_leaky_relu.py",
+                    REPO / "tests" / "adversarial" / "candidates")]
+SEED = 42  # KernelBench's default seed_num
+TRIALS = 5  # as our default, and as the published v0.1 runs
+# fp32 atol = rtol per release: v0.1 hard-coded 1e-2 in run_and_check_correctness; main asks
+# get_tolerance_for_precision, 1e-4 for fp32. Our matching tolerance preset on the right.
+RELEASES = {"v0.1": (1e-2, "default"), "main": (1e-4, "kernelbench-main")}
+KB_TIMEOUT_S = 900.0  # one KernelBench eval: a cold CUDA build plus 5 trials
+
+# (our outcome, KernelBench's outcome) -> category; every pair of outcomes lands in one.
+BOTH_CORRECT = "both correct"
+BOTH_INCORRECT = "both incorrect (or error)"
+CATEGORIES = (
+    BOTH_CORRECT,
+    BOTH_INCORRECT,
+    "we correct, KB incorrect",
+    "we correct, KB error",
+    "we incorrect, KB correct",
+    "we flag a violation, KB correct",
+    "we error, KB correct",
+)
+
+
+@dataclass
+class PairVerdict:
+    name: str
+    problem: str
+    candidate: str
+    ours: str  # correct | incorrect | violation | error
+    kb: str  # correct | incorrect | error
+    our_status: str  # the Result's status, or "problem_error"
+    our_rule: str | None  # the first violation's rule
+    our_detail: str
+    kb_detail: str
+
+    @property
+    def category(self) -> str:
+        return category(self.ours, self.kb)
+
+
+def our_outcome(status: str) -> str:
+    if status == "passed":
+        return "correct"
+    if status in ("incorrect", "nondeterministic_reference"):
+        return "incorrect"
+    if status == "violation":
+        return "violation"
+    return "error"  # build_error, runtime_error, crashed, timeout, problem_error
+
+
+def kb_outcome(reply: dict | None) -> tuple[str, str]:
+    """KernelBench's verdict from its KernelExecResult (as a dict), with the detail a person reads.
+    None is its 'retry' answer (a lock-file error while compiling)."""
+    if reply is None:
+        return "error", "no result (KernelBench asks to retry: build lock)"
+    metadata = reply.get("metadata", {})
+    if "child_error" in reply:
+        return "error", reply["child_error"]
+    if not reply.get("compiled"):
+        return "error", f"not compiled: {metadata.get('compilation_error', '')}"[:300]
+    if reply.get("correctness"):
+        return "correct", metadata.get("correctness_trials", "")
+    if "runtime_error" in metadata:
+        return "error", f"runtime error: {metadata['runtime_error']}"[:300]
+    return "incorrect", str(metadata.get("correctness_issue", metadata.get("max_difference", "")))[:300]
+
+
+def category(ours: str, kb: str) -> str:
+    if ours == "correct" and kb == "correct":
+        return BOTH_CORRECT
+    if ours != "correct" and kb != "correct":
+        return BOTH_INCORRECT
+    if ours == "correct":
+        return f"we correct, KB {kb}"
+    return {"incorrect": "we incorrect, KB correct", "violation": "we flag a violation, KB correct",
+            "error": "we error, KB correct"}[ours]
+
+
+def tally(verdicts: list[PairVerdict]) -> dict[str, int]:
+    counts = Counter(verdict.category for verdict in verdicts)
+    return {name: counts.get(name, 0) for name in CATEGORIES}
+
+
+def agreement(verdicts: list[PairVerdict]) -> float | None:
+    """Share of pairs where both say correct, or both say not correct."""
+    if not verdicts:
+        return None
+    counts = tally(verdicts)
+    return (counts[BOTH_CORRECT] + counts[BOTH_INCORRECT]) / len(verdicts)
+
+
+def summary_table(verdicts: list[PairVerdict], release: str) -> Table:
+    share = agreement(verdicts)
+    caption = f"agreement on correctness: {share:.1%} of {len(verdicts)}" if share is not None else "no pairs"
+    table = Table(title=f"cudaagent (convention kernelbench) vs KernelBench {release}", caption=caption)
+    table.add_column("outcome")
+    table.add_column("pairs", justify="right")
+    for name, count in tally(verdicts).items():
+        table.add_row(name, str(count))
+    return table
+
+
+def pairs_table(verdicts: list[PairVerdict]) -> Table:
+    table = Table(title="per pair")
+    for column in ("pair", "ours", "our status / rule", "KernelBench", "outcome", "detail"):
+        table.add_column(column, overflow="fold")
+    for verdict in verdicts:
+        status = verdict.our_status + (f" / {verdict.our_rule}" if verdict.our_rule else "")
+        detail = verdict.our_detail if verdict.ours != "correct" else verdict.kb_detail
+        table.add_row(verdict.name, verdict.ours, status, verdict.kb, verdict.category, detail[:160])
+    return table
+
+
+def report(verdicts: list[PairVerdict], settings: dict) -> dict:
+    return {"settings": settings, "counts": tally(verdicts), "agreement": agreement(verdicts),
+            "pairs": [{**asdict(verdict), "category": verdict.category} for verdict in verdicts]}
+
+
+# -- KernelBench's side -------------------------------------------------------------------------
+
+
+def import_kernelbench_eval(checkout: Path):
+    """KernelBench's eval module from a checkout: `src/kernelbench/eval.py` (a package, recent
+    versions) or `src/eval.py` (v0.1 era, imported as `src.eval`)."""
+    checkout = Path(checkout).resolve()
+    if (checkout / "src" / "kernelbench" / "eval.py").is_file():
+        sys.path.insert(0, str(checkout / "src"))
+        return importlib.import_module("kernelbench.eval")
+    if (checkout / "src" / "eval.py").is_file():
+        sys.path.insert(0, str(checkout))
+        return importlib.import_module("src.eval")
+    raise FileNotFoundError(f"{checkout}: neither src/kernelbench/eval.py nor src/eval.py; give the path of a "
+                            "KernelBench checkout (git clone of ScalingIntelligence/KernelBench)")
+
+
+def pin_release_tolerance(eval_module, release: str) -> None:
+    """Make the checkout's correctness check use the release's fp32 tolerance. Versions with
+    get_tolerance_for_precision read it at each trial, so replacing it on the module is enough;
+    older ones hard-code v0.1's 1e-2, which cannot be tightened from outside."""
+    tolerance = RELEASES[release][0]
+    if hasattr(eval_module, "get_tolerance_for_precision"):
+        original = eval_module.get_tolerance_for_precision
+        eval_module.get_tolerance_for_precision = (
+            lambda precision: max(tolerance, original(precision)))  # half types keep their own 1e-2
+    elif release != "v0.1":
+        raise ValueError(f"this checkout predates get_tolerance_for_precision (fp32 fixed at 1e-2); "
+                         f"--release {release} needs a newer checkout, or use --release v0.1")
+
+
+def kernelbench_call_arguments(function, build_dir: str) -> dict:
+    """The keyword arguments this version of eval_kernel_against_ref accepts, among ours."""
+    wanted = {"seed_num": SEED, "num_correct_trials": TRIALS, "measure_performance": False, "verbose": False,
+              "build_dir": build_dir}
+    accepted = inspect.signature(function).parameters
+    return {name: value for name, value in wanted.items() if name in accepted}
+
+
+def _kernelbench_child(conn, checkout: str, release: str, problem: str, candidate: str, build_dir: str) -> None:
+    try:
+        eval_module = import_kernelbench_eval(Path(checkout))
+        pin_release_tolerance(eval_module, release)
+        function = eval_module.eval_kernel_against_ref
+        result = function(Path(problem).read_text(), Path(candidate).read_text(),
+                          **kernelbench_call_arguments(function, build_dir))
+        if result is None:
+            conn.send(None)
+            return
+        metadata = {key: str(value)[:500] for key, value in result.metadata.items()}
+        conn.send({"compiled": result.compiled, "correctness": result.correctness, "metadata": metadata})
+    except BaseException as error:  # the candidate runs in this process: anything may come up
+        conn.send({"child_error": f"{type(error).__name__}: {error}"[:500]})
+
+
+def run_kernelbench(checkout: Path, release: str, pair: Pair, build_root: Path) -> dict | None:
+    """One KernelBench eval in its own process (a candidate that crashes ends that process only)."""
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    build_dir = build_root / f"{pair.problem.stem}-{pair.candidate.stem}"
+    process = context.Process(target=_kernelbench_child, args=(
+        sender, str(checkout), release, str(pair.problem), str(pair.candidate), str(build_dir)))
+    process.start()
+    sender.close()
+    try:
+        if receiver.poll(KB_TIMEOUT_S):
+            return receiver.recv()
+        return {"child_error": f"timed out after {KB_TIMEOUT_S:.0f} s"}
+    except EOFError:
+        return {"child_error": f"the process died (exit code {process.exitcode})"}
+    finally:
+        process.join(5)
+        if process.is_alive():
+            process.kill()
+
+
+# -- our side -----------------------------------------------------------------------------------
+
+
+def run_ours(pair: Pair, release: str, policy: str) -> tuple[str, str | None, str]:
+    config = EvalConfig(device="cuda", convention="kernelbench", tolerance=RELEASES[release][1], trials=TRIALS,
+                        timing=False, baselines=(), policy=policy)
+    try:
+        result = evaluate(pair.problem, pair.candidate, config)
+    except BadFileError as error:
+        return "problem_error", None, str(error).splitlines()[0]
+    rule = result.violations[0].rule if result.violations else None
+    return result.status, rule, result.error or ""
+
+
+# -- pairs and main -----------------------------------------------------------------------------
+
+
+def collect_pairs(args) -> list[tuple[str, Pair]]:
+    """(row name, pair) for every pair asked for; the default set when none is."""
+    pair_dirs = [tuple(map(Path, dirs)) for dirs in args.pairs or []]
+    against = [tuple(map(Path, item)) for item in args.against or []]
+    if not pair_dirs and not against and not args.results:
+        pair_dirs, against = DEFAULT_PAIR_DIRS, DEFAULT_AGAINST
+    named = [(pair.candidate.stem, pair) for problems, candidates in pair_dirs
+             for pair in pair_directory(problems, candidates)]
+    named += [(f"{candidates.name}/{path.stem}", Pair(problem, path)) for problem, candidates in against
+              for path in sorted(candidates.glob("*.py")) if not path.name.startswith("_")]
+    if args.results:
+        from benchmark.kernelbench import load_tree
+        from benchmark.solutions import pair_solutions
+
+        named += [(pair.candidate.stem, pair) for pair in pair_solutions(load_tree(args.kernelbench), args.results).pairs]
+    return named
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmark.experiments.kernelbench_differential",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--kernelbench", required=True, type=Path, help="a KernelBench checkout")
+    parser.add_argument("--release", choices=sorted(RELEASES), default="v0.1",
+                        help="whose fp32 tolerance: v0.1 (1e-2, the published results) or main (1e-4)")
+    parser.add_argument("--pairs", nargs=2, action="append", metavar=("PROBLEMS_DIR", "CANDIDATES_DIR"),
+                        help="problems and candidates paired by name (repeatable)")
+    parser.add_argument("--against", nargs=2, action="append", metavar=("PROBLEM", "CANDIDATES_DIR"),
+                        help="every candidate of a directory against one problem (repeatable)")
+    parser.add_argument("--results", type=Path, help="a KernelBench results tree (level_L_problem_N_sample_K_kernel.py), "
+                                                     "paired with the checkout's problems")
+    parser.add_argument("--policy", choices=("permissive", "strict"), default="permissive",
+                        help="our anti-hacking policy (default permissive: KernelBench allows PyTorch glue)")
+    parser.add_argument("--json", type=Path, help="write the counts and every pair's verdicts here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console()
+    import torch
+
+    if not torch.cuda.is_available():
+        console.print("[red]no CUDA GPU visible:[/red] KernelBench's eval_kernel_against_ref runs on CUDA only; "
+                      "run this on a GPU machine")
+        return 2
+    if not args.kernelbench.is_dir():
+        console.print(f"[red]{args.kernelbench}: no such directory[/red]; clone ScalingIntelligence/KernelBench there")
+        return 2
+    named = collect_pairs(args)
+    verdicts = []
+    with tempfile.TemporaryDirectory(prefix="kb-differential-") as build_root:
+        for index, (name, pair) in enumerate(named, 1):
+            console.print(f"[{index}/{len(named)}] {name}")
+            status, rule, detail = run_ours(pair, args.release, args.policy)
+            kb, kb_detail = kb_outcome(run_kernelbench(args.kernelbench, args.release, pair, Path(build_root)))
+            verdicts.append(PairVerdict(name, str(pair.problem), str(pair.candidate), our_outcome(status), kb,
+                                        status, rule, detail, kb_detail))
+    console.print(pairs_table(verdicts))
+    console.print(summary_table(verdicts, args.release))
+    if args.json:
+        settings = {"release": args.release, "policy": args.policy, "seed": SEED, "trials": TRIALS,
+                    "kernelbench": str(args.kernelbench), "gpu": torch.cuda.get_device_name()}
+        args.json.write_text(json.dumps(report(verdicts, settings), indent=1))
+        console.print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""The differential script's own logic on the CPU: verdict mapping, tallies, tables, JSON, how it
+finds KernelBench's eval in a checkout, and its refusal without a GPU. KernelBench itself runs
+only on a GPU machine (see the script's docstring)."""
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from benchmark.experiments import kernelbench_differential as differential
+from benchmark.experiments.kernelbench_differential import (
+    CATEGORIES,
+    PairVerdict,
+    agreement,
+    category,
+    kb_outcome,
+    our_outcome,
+    tally,
+)
+
+
+def verdict(name: str, ours_status: str, kb: str, rule: str | None = None) -> PairVerdict:
+    return PairVerdict(name, "p.py", f"{name}.py", our_outcome(ours_status), kb, ours_status, rule,
+                       f"our detail {name}", f"kb detail {name}")
+
+
+FAKE = [
+    verdict("a", "passed", "correct"),
+    verdict("b", "passed", "correct"),
+    verdict("c", "incorrect", "incorrect"),
+    verdict("d", "build_error", "error"),
+    verdict("e", "passed", "incorrect"),
+    verdict("f", "passed", "error"),
+    verdict("g", "incorrect", "correct"),
+    verdict("h", "violation", "correct", rule="timed_output"),
+    verdict("i", "problem_error", "correct"),
+    verdict("j", "nondeterministic_reference", "incorrect"),
+]
+
+
+def render(table) -> str:
+    console = Console(record=True, width=200)
+    console.print(table)
+    return console.export_text()
+
+
+def test_our_statuses_map_to_outcomes():
+    assert [our_outcome(s) for s in ("passed", "incorrect", "nondeterministic_reference", "violation")] == \
+        ["correct", "incorrect", "incorrect", "violation"]
+    assert {our_outcome(s) for s in ("build_error", "runtime_error", "crashed", "timeout", "problem_error")} == {"error"}
+
+
+def test_kernelbench_results_map_to_outcomes():
+    assert kb_outcome({"compiled": True, "correctness": True, "metadata": {"correctness_trials": "(5 / 5)"}}) == \
+        ("correct", "(5 / 5)")
+    assert kb_outcome({"compiled": True, "correctness": False, "metadata": {"correctness_issue": "Output mismatch"}}) \
+        == ("incorrect", "Output mismatch")
+    assert kb_outcome({"compiled": True, "correctness": False, "metadata": {"runtime_error": "boom"}})[0] == "error"
+    assert kb_outcome({"compiled": False, "correctness": False, "metadata": {}})[0] == "error"
+    assert kb_outcome({"child_error": "the process died (exit code -11)"}) == \
+        ("error", "the process died (exit code -11)")
+    assert kb_outcome(None)[0] == "error"
+
+
+def test_every_pair_of_outcomes_has_one_category():
+    for ours in ("correct", "incorrect", "violation", "error"):
+        for kb in ("correct", "incorrect", "error"):
+            assert category(ours, kb) in CATEGORIES
+
+
+def test_tally_and_agreement():
+    counts = tally(FAKE)
+    assert list(counts) == list(CATEGORIES) and sum(counts.values()) == len(FAKE)
+    assert counts == {
+        "both correct": 2, "both incorrect (or error)": 3, "we correct, KB incorrect": 1, "we correct, KB error": 1,
+        "we incorrect, KB correct": 1, "we flag a violation, KB correct": 1, "we error, KB correct": 1}
+    assert agreement(FAKE) == pytest.approx(0.5)
+    assert agreement([]) is None
+
+
+def test_tables_show_counts_and_each_pair():
+    summary = render(differential.summary_table(FAKE, "v0.1"))
+    assert "KernelBench v0.1" in summary and "agreement on correctness: 50.0% of 10" in summary
+    assert "we flag a violation, KB correct" in summary
+    rows = render(differential.pairs_table(FAKE))
+    assert "violation / timed_output" in rows and "our detail h" in rows and "kb detail a" in rows
+
+
+def test_json_report_round_trips(tmp_path):
+    path = tmp_path / "differential.json"
+    path.write_text(json.dumps(differential.report(FAKE, {"release": "main"}), indent=1))
+    data = json.loads(path.read_text())
+    assert data["counts"]["both correct"] == 2 and data["agreement"] == pytest.approx(0.5)
+    assert data["pairs"][7]["category"] == "we flag a violation, KB correct" and data["pairs"][7]["our_rule"] == "timed_output"
+
+
+FAKE_EVAL = """
+def get_tolerance_for_precision(precision):
+    return {"fp32": 1e-4, "fp16": 1e-2}[precision]
+
+def eval_kernel_against_ref(original_model_src, custom_model_src, seed_num=42, num_correct_trials=1,
+                            num_perf_trials=10, measure_performance=False, verbose=False, build_dir=None):
+    return None
+"""
+
+
+@pytest.mark.parametrize("layout", ["src/kernelbench/eval.py", "src/eval.py"])
+def test_finds_kernelbench_eval_in_either_layout(tmp_path, monkeypatch, layout):
+    module_file = tmp_path / layout
+    module_file.parent.mkdir(parents=True)
+    module_file.write_text(textwrap.dedent(FAKE_EVAL))
+    (module_file.parent / "__init__.py").write_text("")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    for name in ("kernelbench", "kernelbench.eval", "src", "src.eval"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    module = differential.import_kernelbench_eval(tmp_path)
+    assert Path(module.__file__) == module_file
+    arguments = differential.kernelbench_call_arguments(module.eval_kernel_against_ref, "/tmp/build")
+    assert arguments == {"seed_num": 42, "num_correct_trials": 5, "measure_performance": False, "verbose": False,
+                         "build_dir": "/tmp/build"}
+    differential.pin_release_tolerance(module, "v0.1")
+    assert module.get_tolerance_for_precision("fp32") == 1e-2 and module.get_tolerance_for_precision("fp16") == 1e-2
+
+
+def test_main_release_needs_a_checkout_that_has_the_tolerance_function():
+    class OldEval:  # v0.1 era: 1e-2 written into run_and_check_correctness
+        pass
+
+    differential.pin_release_tolerance(OldEval, "v0.1")
+    with pytest.raises(ValueError, match="--release v0.1"):
+        differential.pin_release_tolerance(OldEval, "main")
+
+
+def test_not_a_checkout_says_what_to_give(tmp_path):
+    with pytest.raises(FileNotFoundError, match="KernelBench checkout"):
+        differential.import_kernelbench_eval(tmp_path)
+
+
+def test_default_pairs_cover_the_compat_suite_and_the_adversarial_corpus(tmp_path):
+    args = differential.build_parser().parse_args(["--kernelbench", str(tmp_path)])
+    names = [name for name, _ in differential.collect_pairs(args)]
+    assert "folded_scale" in names and "batchnorm_sample_1" in names and "candidates/timing_pointer_memo" in names
+    assert len(names) == len(set(names))
+
+
+def test_without_a_gpu_it_says_so_and_exits_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert differential.main(["--kernelbench", str(tmp_path)]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().out

@@ -1,0 +1,14 @@
+"""Keeps the per-channel bias flat, shape (C,), and broadcasts it in forward."""
+
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, bias_shape):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
+        self.bias = nn.Parameter(torch.randn(bias_shape[0]))
+
+    def forward(self, x):
+        return torch.relu(self.conv(x) + self.bias.view(1, -1, 1, 1))

@@ -1,0 +1,27 @@
+"""Linear layer followed by Dropout(p=0.5): active in training mode."""
+
+import torch
+import torch.nn as nn
+
+batch_size = 16
+in_features = 32
+out_features = 32
+dropout_p = 0.5
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features, dropout_p):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.dropout = nn.Dropout(p=dropout_p)
+
+    def forward(self, x):
+        return self.dropout(self.linear(x))
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features, dropout_p]

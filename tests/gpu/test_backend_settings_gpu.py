@@ -1,0 +1,34 @@
+"""Backend settings on a GPU, where they change times: a candidate whose only gain is a flag
+(cudnn.benchmark, TF32) is timed against baselines under the same flags, so it reports about 1x
+and names the change; cuDNN's default TF32 is the run's setting, not the candidate's."""
+
+from pathlib import Path
+
+import pytest
+
+from pytest_cudaagent import EvalConfig, evaluate
+from tests.helpers import TEST_PROBLEMS
+
+pytestmark = pytest.mark.gpu
+
+CONV = TEST_PROBLEMS / "conv3x3_relu.py"
+FLAGS = Path(__file__).parent / "candidates" / "conv3x3_relu_flags.py"
+
+
+def test_a_candidate_whose_gain_is_a_flag_reports_about_1x_and_names_it(tmp_path):
+    result = evaluate(CONV, FLAGS, EvalConfig(device="cuda", policy="permissive", cache_dir=tmp_path))
+    assert result.passed, result.summary() + result.log
+    [changed] = [w for w in result.warnings if w.rule == "backend_settings_changed"]
+    assert "cudnn.benchmark: False -> True" in changed.detail
+    assert result.backend_settings["candidate"]["cudnn.benchmark"] is True
+    # Same cuDNN convolution on both sides under the same settings; the own ReLU is what differs.
+    assert 0.8 <= result.speedup_vs_eager <= 1.25, result.summary()
+
+
+def test_under_strict_fp32_the_candidates_tf32_is_reported_and_cudnn_tf32_is_off(tmp_path):
+    result = evaluate(CONV, FLAGS, EvalConfig(device="cuda", policy="permissive", baselines=("eager",),
+                                              backend="strict-fp32", cache_dir=tmp_path))
+    assert result.passed, result.summary() + result.log
+    assert result.backend_settings["configured"]["cudnn.allow_tf32"] is False
+    assert result.backend_settings["candidate"]["cudnn.allow_tf32"] is False
+    assert any("TF32" in sign for sign in result.precision)
