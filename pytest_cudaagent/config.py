@@ -61,6 +61,11 @@ BACKEND_HELP = ("backend settings the candidate and the baselines are timed unde
                 "own, as a user's eager run and KernelBench use) or strict-fp32 (TF32 off everywhere)")
 
 
+# A precompiled torch/extension.h takes about as long as one cold C++ build (fast_build.py); past
+# this the candidate builds the plain way instead of waiting.
+PCH_BUILD_TIMEOUT_S = 600.0
+
+
 @dataclass
 class TimingConfig:
     # Time-based budgets (as triton.testing.do_bench): a fixed call count under-samples
@@ -176,6 +181,12 @@ class EvalConfig:
     # Wall-clock limits per child process. Builds get their own: a cold CUDA load_inline takes
     # 30-36 s on the H100 machine and several candidates may build at once.
     build_timeout_s: float = 600.0
+    # Build candidates through fast_build.py's shared precompiled torch/extension.h (README,
+    # "Builds"). Off by default until it pays: on the 2-core CPU box it halved a file that
+    # includes torch/extension.h but was a wash for the bundled candidates (torch/types.h only),
+    # nvcc cannot use it, and each flag set costs a 790 MB header built once. Build locks that
+    # die with their owner (and the stale torch lock cleared) apply either way.
+    fast_build: bool = False
     run_timeout_s: float = 300.0
     memory_cap_gb: float = 32.0  # host RSS of one child; the parent kills it beyond this
     policy: str = "strict"  # anti-hacking policy preset: "strict" (the paper) or "permissive"

@@ -21,6 +21,7 @@ from .channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
 from .compare import as_output_list, compare_outputs, same_values, scaled
 from .config import EvalConfig
 from .envinfo import collect_env
+from .fast_build import pch_dir, prepare_pch
 from .files import BadFileError, Candidate, check_candidate, check_problem, file_hash
 from .provenance import foreign_kernels
 from .result import Result, TimingStats, Violation
@@ -67,6 +68,8 @@ class Evaluation:
         candidate_worker = reference_worker = None
         try:
             reference_worker = self._spawn_reference()
+            if self.config.fast_build:
+                prepare_pch(self.candidate, self.config.cache_dir, self.device)
             candidate_worker = self._spawn_candidate()  # builds while the reference computes
             self._phase("sandbox", lambda: self._note_sandbox(candidate_worker.receive(self.config.build_timeout_s)))
             reference = self._phase("reference", lambda: reference_worker.request(
@@ -154,9 +157,13 @@ class Evaluation:
             "device": self.device,
             "config": self.config.to_dict(),
             "extensions_dir": str(self.extensions_dir.resolve()),
+            # Read-only for the candidate: only prepare_pch, here in the parent, writes there.
+            "pch_dir": str(pch_dir(self.config.cache_dir)) if self.config.fast_build else None,
         }
-        readable = (self.candidate.path if self.candidate.workspace else self.candidate.model_file).resolve()
-        self.sandbox = Sandbox.create(self.extensions_dir, [readable], self.config.sandbox_limits, self.config.memory_cap_gb)
+        readable = [(self.candidate.path if self.candidate.workspace else self.candidate.model_file).resolve()]
+        if self.config.fast_build:  # the shared precompiled headers: read-only to the candidate
+            readable.append(pch_dir(self.config.cache_dir).resolve())
+        self.sandbox = Sandbox.create(self.extensions_dir, readable, self.config.sandbox_limits, self.config.memory_cap_gb)
         spec["sandbox"] = self.sandbox.spec(self.config.sandbox, self.config.require_sandbox)
         env = {"TORCH_EXTENSIONS_DIR": str(self.sandbox.build_dir), **self.sandbox.env()}
         if self.device == "cpu":

@@ -16,6 +16,7 @@ WORKSPACE_KERNELS = "kernels"
 # copies of these (workspace_files/), never the workspace's, so editing them gains nothing.
 FIXED_BINDING_FILES = ("binding.cpp", "binding_registry.h")
 WORKSPACE_FILES_DIR = Path(__file__).parent / "workspace_files"
+WORKSPACE_CFLAGS = ["-O3"]  # the evaluator's flags for a workspace's C++ (fast_build builds its PCH)
 
 
 class BadFileError(ValueError):
@@ -148,7 +149,7 @@ def build_workspace_extension(candidate: Candidate, device: str, build_dir: Path
         name="cuda_extension",
         sources=[str(s) for s in sources],
         extra_include_paths=[str(WORKSPACE_FILES_DIR), str(kernel_dir)],
-        extra_cflags=["-O3"],
+        extra_cflags=WORKSPACE_CFLAGS,
         extra_cuda_cflags=["-O3", "--use_fast_math"] if device == "cuda" else None,
         build_directory=str(build_dir),
         with_cuda=device == "cuda",

@@ -14,6 +14,8 @@ import time
 import traceback
 from pathlib import Path
 
+from .fast_build import install as install_fast_build
+
 
 def _fresh_seed() -> int:
     return int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)
@@ -238,6 +240,7 @@ def serve_candidate(conn, spec: dict) -> None:
 
     try:
         started = time.perf_counter()
+        install_fast_build(spec["pch_dir"] and Path(spec["pch_dir"]))
         if candidate.workspace:
             build_workspace_extension(candidate, device, Path(spec["extensions_dir"]) / "workspace")
         module = import_file(candidate.model_file, "cudaagent_candidate")

@@ -1,0 +1,190 @@
+"""Cold build of each bundled candidate, torch's plain load_inline/load vs fast_build.py (README, "Builds")."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import resource
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from benchmark.leaderboard import markdown_table
+from pytest_cudaagent import EvalConfig, evaluate
+from pytest_cudaagent.fast_build import ensure_pch, pch_dir, pch_variant, requested_variants
+from pytest_cudaagent.files import (
+    FIXED_BINDING_FILES,
+    WORKSPACE_FILES_DIR,
+    check_candidate,
+    import_file,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBLEMS = ROOT / "examples" / "problems"
+SCRIPTS = ROOT / "policy" / "scripts"
+# What torch picks on an H100 when TORCH_CUDA_ARCH_LIST is unset (its visible GPU's arch).
+H100_ARCH = "9.0+PTX"
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measured(action):
+    """(result, wall s, CPU s of the processes it ran): CPU time is what a busy shared box
+    cannot inflate, wall time is what a user waits."""
+    wall, cpu = time.perf_counter(), children_cpu_s()
+    result = action()
+    return result, time.perf_counter() - wall, children_cpu_s() - cpu
+
+
+def workspace(name: str, device_dir: str, into: Path) -> Path:
+    """A CUDA-Agent workspace as the scripted policy leaves it (policy/scripts/<device>/<name>.yaml)."""
+    target = into / f"ws_{name}"
+    (target / "kernels").mkdir(parents=True)
+    for source in (SCRIPTS / device_dir / name).iterdir():
+        shutil.copy(source, target / "kernels")
+    shutil.copy(SCRIPTS / "shared" / name / f"{name}_binding.cpp", target / "kernels")
+    shutil.copy(SCRIPTS / "shared" / name / "model_new.py", target / "model_new.py")
+    shutil.copy(PROBLEMS / f"{name}.py", target / "model.py")
+    for fixed in FIXED_BINDING_FILES:
+        shutil.copy(WORKSPACE_FILES_DIR / fixed, target / fixed)
+    return target
+
+
+def cpu_pairs(into: Path) -> list[tuple[str, Path, Path]]:
+    pairs = [(path.stem, PROBLEMS / path.name, path) for path in sorted((ROOT / "examples/candidates/cpu").glob("*.py"))]
+    for yaml in sorted((SCRIPTS / "cpu").glob("*.yaml")):
+        pairs.append((f"workspace {yaml.stem}", PROBLEMS / f"{yaml.stem}.py", workspace(yaml.stem, "cpu", into)))
+    return pairs
+
+
+def evaluated_table(pairs, scratch: Path) -> pd.DataFrame:
+    """Each candidate evaluated twice on the CPU, each time with an empty build cache."""
+    fast_cache = scratch / "fast"
+    pch_s = {}
+    for _, _, candidate in pairs:  # the shared PCH: built once per machine, before any candidate
+        for variant in requested_variants(check_candidate(candidate), "cpu"):
+            if variant not in pch_s:
+                _, _, pch_s[variant] = measured(lambda variant=variant: ensure_pch(pch_dir(fast_cache), variant))
+    print(f"shared PCH builds (once per machine), CPU s: {[round(s, 1) for s in pch_s.values()]}")
+    rows = []
+    for label, problem, candidate in pairs:
+        row = {"candidate": label}
+        for mode, fast in (("plain", False), ("fast", True)):
+            cache = fast_cache if fast else scratch / f"plain-{len(rows)}"
+            config = EvalConfig(device="cpu", timing=False, baselines=(), fast_build=fast, cache_dir=cache)
+            result, _, cpu_s = measured(lambda config=config, problem=problem, candidate=candidate: evaluate(problem, candidate, config))
+            row[f"{mode} build s"] = result.phase_seconds.get("build")
+            row[f"{mode} CPU s"] = round(cpu_s, 1)
+            row[f"{mode} verdict"] = result.status
+        row["speedup (CPU s)"] = round(row["plain CPU s"] / row["fast CPU s"], 2)
+        rows.append(row)
+        print(markdown_table(pd.DataFrame([row])))
+    return pd.DataFrame(rows)
+
+
+class _Captured(Exception):
+    pass
+
+
+def captured_build(candidate: Path, extensions_dir: Path) -> dict:
+    """The arguments the candidate's load_inline hands to torch's build, its sources written
+    to disk as torch writes them; nothing compiled."""
+    from torch.utils import cpp_extension
+
+    original, seen = cpp_extension._jit_compile, {}
+    signature = inspect.signature(original)
+
+    def capture(*args, **kwargs):
+        seen.update(signature.bind(*args, **kwargs).arguments)
+        raise _Captured
+
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(extensions_dir)
+    cpp_extension._jit_compile = capture
+    try:
+        import_file(candidate, f"captured_{candidate.stem}")
+    except _Captured:
+        pass
+    finally:
+        cpp_extension._jit_compile = original
+    return seen
+
+
+def timed_steps(build: dict, fast: bool, root: Path, directory: Path) -> dict[str, tuple[float, float]]:
+    """Each compile step of one build, run through ninja on torch's own build file."""
+    from torch.utils import cpp_extension
+
+    extra_cflags = list(build["extra_cflags"] or [])
+    if fast:
+        variant = pch_variant(extra_cflags, bool(build["with_cuda"]))
+        extra_cflags += ["-include", str(ensure_pch(root, variant))]
+    os.environ["TORCH_CUDA_ARCH_LIST"] = H100_ARCH
+    directory.mkdir(parents=True)
+    cpp_extension._write_ninja_file_to_build_library(
+        path=str(directory / "build.ninja"), name=build["name"], sources=build["sources"],
+        extra_cflags=extra_cflags, extra_cuda_cflags=build["extra_cuda_cflags"] or [], extra_sycl_cflags=[],
+        extra_ldflags=build["extra_ldflags"] or [], extra_include_paths=build["extra_include_paths"] or [],
+        with_cuda=build["with_cuda"], with_sycl=False, is_standalone=False)
+    steps = {}
+    for source in build["sources"]:
+        target = Path(source).name.replace(".cu", ".cuda.o") if source.endswith(".cu") else f"{Path(source).stem}.o"
+        command = ["ninja", "-C", str(directory), target]
+        _, wall_s, cpu_s = measured(lambda command=command: subprocess.run(command, check=True, capture_output=True))
+        steps[target] = (wall_s, cpu_s)
+    return steps
+
+
+def steps_table(candidates: list[Path], scratch: Path) -> pd.DataFrame:
+    """Compile steps only (no link, no import): how the CUDA candidates are timed without a GPU."""
+    from torch.utils import cpp_extension
+
+    # A CPU-only torch leaves CUDA_HOME unset and lacks one generated c10/cuda header (one line in
+    # the CUDA wheels); nvcc and that line are all these steps need.
+    cpp_extension.CUDA_HOME = cpp_extension.CUDA_HOME or str(Path(shutil.which("nvcc")).resolve().parents[1])
+    stub = scratch / "stub"
+    if not (Path(cpp_extension.include_paths()[0]) / "c10/cuda/impl/cuda_cmake_macros.h").exists():
+        (stub / "c10/cuda/impl").mkdir(parents=True)
+        (stub / "c10/cuda/impl/cuda_cmake_macros.h").write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    rows = []
+    for candidate in candidates:
+        build = captured_build(candidate, scratch / "captured")
+        build["extra_include_paths"] = [*(build["extra_include_paths"] or []), str(stub)]
+        if build["with_cuda"] is None:
+            build["with_cuda"] = any(source.endswith(".cu") for source in build["sources"])
+        for mode in ("plain", "fast"):
+            steps = timed_steps(build, mode == "fast", pch_dir(scratch / "fast"), scratch / f"steps-{mode}-{candidate.stem}")
+            for target, (wall_s, cpu_s) in steps.items():
+                rows.append({"candidate": candidate.stem, "step": target, "mode": mode,
+                             "wall s": round(wall_s, 1), "CPU s": round(cpu_s, 1)})
+        print(markdown_table(pd.DataFrame(rows[-2 * len(build["sources"]):])))
+    return pd.DataFrame(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--only", nargs="*", help="candidate names to run (default: all)")
+    parser.add_argument("--skip-evaluated", action="store_true", help="only the compile-step table")
+    parser.add_argument("--steps-of", choices=("cuda", "cpu"), default="cuda",
+                        help="which bundled candidates the compile-step table times")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="build-speed-") as scratch_name:
+        scratch = Path(scratch_name)
+        if not args.skip_evaluated:
+            pairs = [pair for pair in cpu_pairs(scratch) if not args.only or pair[0].split()[-1] in args.only]
+            print("\nCold builds, evaluated on the CPU (empty build cache each):")
+            print(markdown_table(evaluated_table(pairs, scratch)))
+        step_candidates = sorted((ROOT / "examples" / "candidates" / args.steps_of).glob("*.py"))
+        step_candidates = [path for path in step_candidates if not args.only or path.stem in args.only]
+        print("\nCompile steps (torch's ninja file, arch 9.0+PTX as on an H100; fast: with the shared PCH):")
+        print(markdown_table(steps_table(step_candidates, scratch)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+"""The candidates' build path: torch's `load`/`load_inline` unchanged, plus a shared precompiled
+header for `torch/extension.h` and build locks that die with their owner.
+
+Two sides. The parent (trusted) reads the candidate's source, works out the compile flags its
+`load_inline`/`load` calls will use, and builds the precompiled header (PCH) for those flags into
+the shared cache; only this code ever writes there. The candidate's worker wraps torch's
+`_jit_compile` before the candidate is imported: each build takes an fcntl lock on its build
+directory (a killed builder's lock goes with it), clears torch's stale lock file, and, when the
+shared cache holds a PCH for exactly the flags the candidate asked for, adds `-include` of it.
+Whatever flags a candidate passes, it gets that build or torch's own; the PCH only replaces the
+parsing of `torch/extension.h` (gcc ignores a PCH whose flags differ and parses the header text).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sysconfig
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import PCH_BUILD_TIMEOUT_S
+from .locks import file_lock
+
+PCH_HEADER = "cudaagent_pch.h"
+PCH_DONE = "done.json"
+BUILD_LOG = "build.log"  # one line per PCH the evaluator built: key, flags, seconds
+TORCH_LOCK = "lock"  # torch's FileBaton file: left behind by a builder that was killed
+BUILD_LOCK = ".cudaagent-build.lock"
+logger = logging.getLogger(__name__)
+# Flags a candidate may ask for that the parent also runs its compiler with to build a PCH. Any
+# other flag (-B, -fplugin=, -specs=, -include, ...) could run or read what the candidate chose,
+# so its builds take torch's path with no shared PCH.
+SAFE_FLAG = re.compile(
+    r"-O[0-3sgz]?|-Ofast|-g[0-3]?|-w|-W(?!l,|a,|p,)[A-Za-z0-9+=-]+|-std=(c|gnu)\+\+[0-9a-z]+|-pthread"
+    r"|-D[A-Za-z_][A-Za-z0-9_]*(=[A-Za-z0-9_.]*)?|-U[A-Za-z_][A-Za-z0-9_]*"
+    r"|-f(?!plugin|dump|profile|record|debug|save|auto-profile|lto|sanitize)[a-z0-9+-]+"
+    r"|-m(arch|tune|cpu)=[a-z0-9-]+|-m[a-z0-9-]+"
+)
+
+
+@dataclass(frozen=True)
+class PchVariant:
+    """One precompiled `torch/extension.h`: the flags torch compiles a C++ source with (less the
+    extension's own name, which the header never reads) for one compiler and one torch."""
+
+    compiler: str
+    cflags: tuple[str, ...]
+
+    def key(self) -> str:
+        import torch
+
+        identity = [self.compiler, _compiler_stamp(self.compiler), torch.__version__, torch.__file__, *self.cflags]
+        return hashlib.sha256("\0".join(identity).encode()).hexdigest()[:20]
+
+
+def pch_variant(extra_cflags, with_cuda: bool) -> PchVariant | None:
+    """The variant torch's build of a C++ source with these extra flags would need, or None when
+    a flag is not one the evaluator compiles a shared header with."""
+    from torch.utils import cpp_extension
+
+    flags = [flag.strip() for flag in extra_cflags or [] if flag.strip()]
+    if not all(SAFE_FLAG.fullmatch(flag) for flag in flags):
+        return None
+    # gcc itself refuses a PCH when a macro the header reads is defined differently (and then
+    # parses the header text), so the candidate's own -D/-U need no PCH of their own.
+    flags = [flag for flag in flags if not flag.startswith(("-D", "-U"))]
+    compiler = shutil.which(cpp_extension.get_cxx_compiler())
+    if compiler is None or not cpp_extension.check_compiler_is_gcc(compiler):
+        return None  # .gch files are gcc's
+    try:
+        system_includes = cpp_extension.include_paths("cuda" if with_cuda else "cpu")
+    except OSError:  # no CUDA toolkit: torch's own build of this source fails the same way
+        return None
+    system_includes.append(sysconfig.get_path("include", scheme="posix_prefix"))
+    # As torch's _write_ninja_file_to_build_library puts them together for a C++ source.
+    cflags = ["-DTORCH_API_INCLUDE_EXTENSION_H"]
+    for include in system_includes:
+        cflags += ["-isystem", include]
+    return PchVariant(compiler, (*cflags, "-fPIC", "-std=c++20", *flags))
+
+
+def _compiler_stamp(compiler: str) -> str:
+    stat = Path(compiler).resolve().stat()
+    return f"{stat.st_size}-{stat.st_mtime_ns}"
+
+
+# ----------------------------------------------------------------------------------------------
+# The shared cache (written by the parent only)
+
+
+def pch_dir(cache_dir: Path) -> Path:
+    return Path(cache_dir) / "pch"
+
+
+def ready_pch(root: Path, variant: PchVariant) -> Path | None:
+    """The header to `-include` for this variant, if a finished PCH for it is in the cache. A
+    PCH cut short (killed build, full disk) has a size other than the one its builder recorded."""
+    entry = Path(root) / variant.key()
+    try:
+        done = json.loads((entry / PCH_DONE).read_text())
+        finished = (entry / f"{PCH_HEADER}.gch").stat().st_size == done["gch_bytes"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return entry / PCH_HEADER if finished else None
+
+
+def ensure_pch(root: Path, variant: PchVariant) -> Path:
+    """Build the PCH for `variant` unless the cache already has it; one builder at a time per
+    variant, the others wait on its lock. Built under a temporary name and renamed, so a build
+    that dies leaves nothing that passes for a finished one."""
+    root = Path(root)
+    key = variant.key()
+    with file_lock(root / f"{key}.lock"):
+        ready = ready_pch(root, variant)
+        if ready is not None:
+            return ready
+        entry, staging = root / key, root / f"{key}.building"
+        shutil.rmtree(entry, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        header = staging / PCH_HEADER
+        header.write_text("#include <torch/extension.h>\n")
+        gch = staging / f"{PCH_HEADER}.gch"
+        started = time.perf_counter()
+        command = [variant.compiler, *variant.cflags, "-x", "c++-header", str(header), "-o", str(gch)]
+        returncode, stderr = _run_compiler(command)
+        if returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise RuntimeError(f"building the shared precompiled header failed: {' '.join(command)}\n"
+                               f"{stderr[-2000:]}")
+        seconds = time.perf_counter() - started
+        (staging / PCH_DONE).write_text(json.dumps({"gch_bytes": gch.stat().st_size, "cflags": variant.cflags}))
+        staging.rename(entry)
+        with open(root / BUILD_LOG, "a") as log:
+            log.write(f"{key} {seconds:.1f}s {' '.join(variant.cflags)}\n")
+        return entry / PCH_HEADER
+
+
+def _run_compiler(command: list[str]) -> tuple[int, str]:
+    """Run the compiler in its own process group: on a timeout the group is killed, since
+    killing the gcc driver alone leaves its cc1plus running."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env=_clean_env(), start_new_session=True)
+    try:
+        _, stderr = process.communicate(timeout=PCH_BUILD_TIMEOUT_S)
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
+    return process.returncode, stderr
+
+
+def _clean_env() -> dict[str, str]:
+    """The compiler's environment without the variables that add include paths or plugins."""
+    dropped = ("CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH",
+               "DEPENDENCIES_OUTPUT", "SUNPRO_DEPENDENCIES")
+    return {name: value for name, value in os.environ.items() if name not in dropped}
+
+
+def requested_variants(candidate, device: str) -> list[PchVariant]:
+    """The variants a candidate's builds will ask for, read from its source without running it:
+    each `load_inline`/`load` call whose `extra_cflags` is written out as a list of strings. A
+    workspace builds with the evaluator's own flags (files.build_workspace_extension)."""
+    from .files import WORKSPACE_CFLAGS
+
+    if candidate.workspace:
+        calls = [(WORKSPACE_CFLAGS, device == "cuda")]
+    else:
+        calls = _literal_build_calls(candidate.model_file, device)
+    variants = [pch_variant(flags, with_cuda) for flags, with_cuda in calls]
+    return list(dict.fromkeys(v for v in variants if v is not None))
+
+
+def _literal_build_calls(path: Path, device: str) -> list[tuple[list[str], bool]]:
+    try:
+        tree = ast.parse(Path(path).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return []
+    calls = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+        if name not in ("load_inline", "load"):
+            continue
+        keywords = {keyword.arg: keyword.value for keyword in node.keywords if keyword.arg}
+        try:
+            flags = ast.literal_eval(keywords["extra_cflags"]) if "extra_cflags" in keywords else []
+            with_cuda = ast.literal_eval(keywords["with_cuda"]) if "with_cuda" in keywords else None
+        except ValueError:
+            continue
+        if with_cuda is None:
+            if name == "load_inline":
+                with_cuda = _has_cuda_sources(node, keywords)
+            else:
+                with_cuda = device == "cuda"
+        if isinstance(flags, (list, tuple)) and all(isinstance(flag, str) for flag in flags):
+            calls.append((list(flags), bool(with_cuda)))
+    return calls
+
+
+def _has_cuda_sources(node: ast.Call, keywords: dict) -> bool:
+    source = keywords.get("cuda_sources", node.args[2] if len(node.args) > 2 else None)
+    return source is not None and not (isinstance(source, ast.Constant) and source.value is None)
+
+
+def prepare_pch(candidate, cache_dir: Path, device: str) -> None:
+    """Build the PCHs the candidate will ask for. A failure is logged, never raised: the
+    candidate then builds the plain way."""
+    for variant in requested_variants(candidate, device):
+        try:
+            ensure_pch(pch_dir(cache_dir), variant)
+        except (OSError, RuntimeError, subprocess.TimeoutExpired) as error:
+            logger.warning("precompiled header not built; candidates build without it: %s", error)
+
+
+# ----------------------------------------------------------------------------------------------
+# The candidate's worker
+
+
+@contextmanager
+def build_lock(build_directory: str | Path):
+    """Held for a whole build of one directory. An fcntl lock is dropped by the kernel when its
+    holder dies, so holding it proves that a torch lock file found now is a dead builder's."""
+    build_directory = Path(build_directory)
+    build_directory.mkdir(parents=True, exist_ok=True)
+    with file_lock(build_directory / BUILD_LOCK):
+        (build_directory / TORCH_LOCK).unlink(missing_ok=True)
+        yield
+
+
+def install(pch_root: Path | None) -> None:
+    """Route every torch extension build in this process through the build lock and, unless
+    `pch_root` is None (EvalConfig.fast_build off), the shared PCH. load and load_inline both
+    build through cpp_extension._jit_compile. No arch flags: with TORCH_CUDA_ARCH_LIST unset
+    torch already builds for the visible GPU only, and dropping its PTX copy saved nothing
+    measurable (README, "Builds")."""
+    from torch.utils import cpp_extension
+
+    original = cpp_extension._jit_compile
+    signature = inspect.signature(original)
+
+    def jit_compile(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        arguments = bound.arguments
+        sources = arguments["sources"]
+        with_cuda = arguments.get("with_cuda")
+        if with_cuda is None:
+            with_cuda = any(Path(source).suffix in (".cu", ".cuh") for source in sources)
+        variant = pch_variant(arguments.get("extra_cflags"), with_cuda) if pch_root is not None else None
+        header = ready_pch(pch_root, variant) if variant is not None else None
+        if header is not None:
+            arguments["extra_cflags"] = [*(arguments.get("extra_cflags") or []), "-include", str(header)]
+        with build_lock(arguments["build_directory"]):
+            return original(*bound.args, **bound.kwargs)
+
+    cpp_extension._jit_compile = jit_compile
+

@@ -1,0 +1,188 @@
+"""The candidates' build path (fast_build.py): shared precompiled header, flags read without
+running the candidate, and build locks that a killed build does not leave behind."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pytest_cudaagent import evaluate, fast_build
+from pytest_cudaagent.config import default_cache_dir
+from pytest_cudaagent.fast_build import (
+    BUILD_LOG,
+    PCH_HEADER,
+    TORCH_LOCK,
+    build_lock,
+    ensure_pch,
+    pch_dir,
+    pch_variant,
+    ready_pch,
+    requested_variants,
+)
+from pytest_cudaagent.files import check_candidate
+
+from ..helpers import CPU_CANDIDATES, PROBLEMS, TEST_CANDIDATES, cpu_config
+
+
+def write_candidate(path: Path, extension: str, cpp: str, extra_cflags: str = '["-O3"]') -> Path:
+    """A row_sum candidate whose C++ is `cpp`, built by load_inline with `extra_cflags`."""
+    path.write_text(textwrap.dedent(f'''
+        import torch.nn as nn
+        from torch.utils.cpp_extension import load_inline
+
+        extension = load_inline({extension!r}, cpp_sources=[{cpp!r}], functions=["row_sum"],
+                                extra_cflags={extra_cflags})
+
+
+        class ModelNew(nn.Module):
+            def forward(self, x):
+                return extension.row_sum(x.contiguous())
+    '''))
+    return path
+
+
+ROW_SUM_CPP = """
+torch::Tensor row_sum(torch::Tensor x) {
+  auto out = torch::empty({x.size(0)}, x.options());
+  auto in = x.accessor<float, 2>();
+  auto result = out.accessor<float, 1>();
+  for (int64_t r = 0; r < x.size(0); ++r) {
+    double total = 0.0;
+    for (int64_t c = 0; c < x.size(1); ++c) total += in[r][c];
+    result[r] = static_cast<float>(total * ROW_SCALE);
+  }
+  return out;
+}
+"""
+
+
+def build_log_lines(cache_dir: Path, key: str) -> int:
+    log = pch_dir(cache_dir) / BUILD_LOG
+    return sum(line.startswith(key) for line in log.read_text().splitlines()) if log.exists() else 0
+
+
+def test_flags_are_read_from_the_source_and_unsafe_ones_get_no_shared_header(tmp_path):
+    plain = requested_variants(check_candidate(CPU_CANDIDATES / "row_sum.py"), "cpu")
+    assert [variant.cflags[-1] for variant in plain] == ["-O3"]
+    # The candidate's own macros share the header: gcc checks the macros the header reads.
+    assert pch_variant(["-O3", "-DROW_SCALE=2"], False) == plain[0]
+    for unsafe in (["-fplugin=/tmp/x.so"], ["-B/tmp"], ["-include", "/tmp/x.h"], ["-Wl,-rpath,/x"]):
+        assert pch_variant(unsafe, False) is None
+    computed = write_candidate(tmp_path / "computed.py", "computed_flags", ROW_SUM_CPP, extra_cflags="FLAGS")
+    assert requested_variants(check_candidate(computed), "cpu") == []
+
+
+def test_a_lock_file_left_by_a_killed_build_is_cleared_while_a_live_build_lock_is_respected(tmp_path):
+    (tmp_path / TORCH_LOCK).write_text("")
+    with build_lock(tmp_path):
+        assert not (tmp_path / TORCH_LOCK).exists()
+        holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+            from pytest_cudaagent.fast_build import build_lock
+            with build_lock({str(tmp_path)!r}):
+                print("acquired", flush=True)
+        """)], stdout=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        assert holder.poll() is None  # waits while this process holds the lock
+    assert holder.communicate(timeout=60)[0].strip() == "acquired"
+
+
+@pytest.mark.slow
+def test_candidates_share_one_pch_and_keep_their_own_flags(tmp_path):
+    cache_dir = default_cache_dir()
+    variant = requested_variants(check_candidate(CPU_CANDIDATES / "row_sum.py"), "cpu")[0]
+    first = evaluate(PROBLEMS / "row_sum.py", CPU_CANDIDATES / "row_sum.py", cpu_config(cache_dir=cache_dir, fast_build=True))
+    assert first.status == "passed", first.error
+    builds = build_log_lines(cache_dir, variant.key())
+    assert builds >= 1 and ready_pch(pch_dir(cache_dir), variant) is not None
+    # A second candidate with its own -D flag: same header, not rebuilt, and its macro works.
+    scaled = write_candidate(tmp_path / "scaled.py", "scaled_row_sum", ROW_SUM_CPP, '["-O3", "-DROW_SCALE=1"]')
+    second = evaluate(PROBLEMS / "row_sum.py", scaled, cpu_config(cache_dir=cache_dir, fast_build=True))
+    assert second.status == "passed", second.error
+    assert build_log_lines(cache_dir, variant.key()) == builds
+    ninja = check_candidate(scaled).extensions_dir(cache_dir) / "scaled_row_sum" / "build.ninja"
+    assert f"-include {pch_dir(cache_dir) / variant.key() / PCH_HEADER}" in ninja.read_text()
+
+
+@pytest.mark.slow
+def test_a_pch_cut_short_is_rebuilt():
+    root = pch_dir(default_cache_dir())
+    variant = pch_variant(["-O3"], False)
+    ensure_pch(root, variant)
+    gch = root / variant.key() / f"{PCH_HEADER}.gch"
+    with open(gch, "r+b") as handle:
+        handle.truncate(gch.stat().st_size // 2)
+    assert ready_pch(root, variant) is None
+    builds = build_log_lines(default_cache_dir(), variant.key())
+    assert ensure_pch(root, variant) == root / variant.key() / PCH_HEADER
+    assert build_log_lines(default_cache_dir(), variant.key()) == builds + 1
+    assert ready_pch(root, variant) is not None
+
+
+def test_compiler_errors_stay_readable():
+    result = evaluate(PROBLEMS / "leaky_relu.py", TEST_CANDIDATES / "build_error.py", cpu_config())
+    assert result.status == "build_error"
+    assert "main.cpp:2" in result.error and "error:" in result.error, result.error
+
+
+@pytest.mark.slow
+def test_a_build_killed_midway_then_run_again_gives_a_working_extension(tmp_path):
+    candidate = write_candidate(tmp_path / "killed.py", "killed_row_sum", ROW_SUM_CPP, '["-O3", "-DROW_SCALE=1"]')
+    build_dir = check_candidate(candidate).extensions_dir(default_cache_dir()) / "killed_row_sum"
+    # The worker's build, in its own process group so the kill takes the compiler too.
+    script = textwrap.dedent(f"""
+        import os
+        from pathlib import Path
+        from pytest_cudaagent.fast_build import install, pch_dir
+        from pytest_cudaagent.files import import_file
+        os.environ["TORCH_EXTENSIONS_DIR"] = {str(build_dir.parent)!r}
+        install(pch_dir(Path({str(default_cache_dir())!r})))
+        import torch
+        module = import_file({str(candidate)!r}, "killed")
+        print(module.extension.row_sum(torch.ones(3, 4)).tolist(), flush=True)
+    """)
+    builder = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not (build_dir / "build.ninja").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2.0)  # the compiler is running
+    os.killpg(builder.pid, signal.SIGKILL)
+    builder.wait()
+    assert (build_dir / "build.ninja").exists() and not (build_dir / "killed_row_sum.so").exists()
+    rerun = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert rerun.stdout.strip().splitlines()[-1] == "[4.0, 4.0, 4.0]"
+
+
+def test_evaluation_with_a_stale_torch_lock_proceeds():
+    candidate = check_candidate(CPU_CANDIDATES / "leaky_relu.py")
+    build_dir = candidate.extensions_dir(default_cache_dir()) / "example_cpu_leaky_relu"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    (build_dir / TORCH_LOCK).write_text("")  # as a build killed with SIGKILL leaves it
+    result = evaluate(PROBLEMS / "leaky_relu.py", candidate.path, cpu_config(build_timeout_s=600))
+    assert result.status == "passed", result.error
+
+
+def test_a_timed_out_pch_build_leaves_no_compiler_running(monkeypatch, tmp_path):
+    monkeypatch.setattr(fast_build, "PCH_BUILD_TIMEOUT_S", 1.0)
+    pid_file = tmp_path / "grandchild.pid"
+    # As gcc's driver runs cc1plus: the process that does the work is a child of the one started.
+    with pytest.raises(subprocess.TimeoutExpired):
+        fast_build._run_compiler(["sh", "-c", f"sleep 120 & echo $! > {pid_file}; wait"])
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while running(grandchild):
+        assert time.monotonic() < deadline, "the compiler's child outlived the timeout"
+        time.sleep(0.1)
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
