@@ -98,9 +98,11 @@ def _table(frame: pd.DataFrame) -> str:
 
 
 def render_html(board: Leaderboard) -> str:
-    plots = [("fast_p per level", fast_p_curves(board.best)),
-             ("Speedup distribution", speedup_histograms(board.frame)),
-             ("Per-problem time", time_scatter(board.best))]
+    # A plot needs rows: every Result may be flagged for review (kept out of the headline tables).
+    plots = [(title, draw(data)) for title, draw, data in (
+        ("fast_p per level", fast_p_curves, board.best),
+        ("Speedup distribution", speedup_histograms, board.frame),
+        ("Per-problem time", time_scatter, board.best)) if not data.empty]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>cuda-agent benchmark</title>"
              f"<style>{_STYLE}</style></head><body><h1>cuda-agent benchmark</h1>"
              f"<p><b>{html.escape(convention_line(board.frame))}</b></p><p>{html.escape(NOTES)}</p>",

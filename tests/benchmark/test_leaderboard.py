@@ -184,3 +184,15 @@ def test_a_board_without_flagged_rows_says_none_under_review(runs):
     board = Leaderboard.from_files([runs[0]])
     assert board.flagged.empty and set(board.summary["flagged for review"]) == {0}
     assert "## Flagged for review\n\n(none)" in to_markdown(board)
+
+
+def test_a_board_whose_every_row_is_flagged_still_writes_its_reports(tmp_path):
+    """On a loaded CPU every baseline can be unstable: the headline tables are empty, the report
+    is still written, without the plots that have no rows, and lists the rows for review."""
+    flagged = [_flagged(fake_result(P1, _cand("level_1_problem_1_sample_0_kernel.py"), candidate_ms=1.0,
+                                    eager_ms=2.0, compile_ms=1.5), "unstable_baseline", "eager IQR 45% of its median")]
+    board = Leaderboard.from_files([write_results(tmp_path / "run" / "results.jsonl", flagged)])
+    assert board.best.empty and len(board.flagged) == 1
+    paths = write_reports(board, tmp_path / "report")
+    html = paths["html"].read_text()
+    assert "eager IQR 45% of its median" in html and "fast_p per level" not in html
