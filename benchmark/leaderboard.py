@@ -277,6 +277,7 @@ class Leaderboard:
     flagged: pd.DataFrame  # the Results held for review, with rule and detail
     changes: pd.DataFrame
     environment: pd.DataFrame  # of every Result read
+    convention: str  # whose correctness the verdicts follow, over every Result read
 
     @classmethod
     def from_files(cls, paths: list[str | Path]) -> Leaderboard:
@@ -285,7 +286,8 @@ class Leaderboard:
         frame, flagged = every[~held].reset_index(drop=True), every[held]
         best = best_of_k(frame)
         return cls(frame, best, level_summary(frame, best, flagged), fast_p_table(best), reward_distribution(frame),
-                   problem_table(best), flagged_table(flagged), changes(best), environment(every))
+                   problem_table(best), flagged_table(flagged), changes(best), environment(every),
+                   convention_line(every))
 
 
 def markdown_table(table: pd.DataFrame) -> str:
@@ -328,6 +330,6 @@ def to_markdown(board: Leaderboard) -> str:
     if not board.changes.empty or board.frame["run"].nunique() > 1:
         sections.append(("Changes between runs", board.changes))
     sections.append(("Environment", board.environment))
-    text = [f"# cuda-agent benchmark\n\n{convention_line(board.frame)}\n\n{NOTES}\n"]
+    text = [f"# cuda-agent benchmark\n\n{board.convention}\n\n{NOTES}\n"]
     text += [f"## {title}\n\n{markdown_table(table)}" for title, table in sections]
     return "\n".join(text)

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .leaderboard import NOTES, Leaderboard, convention_line, fast_p  # noqa: E402
+from .leaderboard import NOTES, Leaderboard, fast_p  # noqa: E402
 
 # fast_p is drawn from p = 0 to this factor: past it few kernels remain on KernelBench.
 FAST_P_MAX = 4.0
@@ -105,7 +105,7 @@ def render_html(board: Leaderboard) -> str:
         ("Per-problem time", time_scatter, board.best)) if not data.empty]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>cuda-agent benchmark</title>"
              f"<style>{_STYLE}</style></head><body><h1>cuda-agent benchmark</h1>"
-             f"<p><b>{html.escape(convention_line(board.frame))}</b></p><p>{html.escape(NOTES)}</p>",
+             f"<p><b>{html.escape(board.convention)}</b></p><p>{html.escape(NOTES)}</p>",
              "<h2>Leaderboard</h2>", _table(board.summary),
              "<h2>fast_p by baseline</h2>", _table(board.fast_p)]
     parts += [f"<h2>{title}</h2><img alt='{title}' src='data:image/png;base64,{png}'>" for title, png in plots]

@@ -8,6 +8,7 @@ happen here, where the candidate's code never runs.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from pathlib import Path
@@ -298,6 +299,9 @@ class Evaluation:
         measured on first need), re-measured while its spread is too wide to divide by."""
         cache = BaselineCache(self.config.cache_dir)
         timing = self.config.timing_config
+        # The spread bound comes from the GPU; on the CPU it is its own, or none (config.py).
+        spread_bound = timing.unstable_spread if self.device == "cuda" else timing.cpu_unstable_spread
+        spread_rules = dataclasses.replace(timing, unstable_spread=spread_bound or 0.0)
         indices = list(range(self.config.trials, self._set_count()))
         settings = self.result.backend_settings["candidate"]
 
@@ -316,10 +320,11 @@ class Evaluation:
                 self.result.warnings += [Violation("baseline_cache", reason) for reason in cache.rejected]
                 cache.rejected.clear()
                 if stats is None:
-                    stats = steadiest(lambda mode=mode: measure(mode), timing)
+                    stats = (steadiest(lambda mode=mode: measure(mode), spread_rules) if spread_bound is not None
+                             else measure(mode))
                     cache.put(key, stats, self.problem, self.device, mode, settings)
             self.result.timing[mode] = stats
-            warning = unstable_warning(mode, stats, timing)
+            warning = unstable_warning(mode, stats, spread_rules) if spread_bound is not None else None
             if warning:
                 self._add_warnings([warning])
 

@@ -196,3 +196,11 @@ def test_a_board_whose_every_row_is_flagged_still_writes_its_reports(tmp_path):
     paths = write_reports(board, tmp_path / "report")
     html = paths["html"].read_text()
     assert "eager IQR 45% of its median" in html and "fast_p per level" not in html
+
+
+def test_the_convention_is_in_the_header_even_when_every_row_is_flagged(tmp_path):
+    flagged = [_flagged(fake_result(P1, _cand("level_1_problem_1_sample_0_kernel.py"), candidate_ms=1.0,
+                                    eager_ms=2.0, compile_ms=1.5), "unstable_baseline", "wide")]
+    board = Leaderboard.from_files([write_results(tmp_path / "run" / "results.jsonl", flagged)])
+    assert board.convention == "Convention: kernelbench"
+    assert "Convention: kernelbench" in to_markdown(board)

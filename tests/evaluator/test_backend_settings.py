@@ -3,6 +3,7 @@ applied, compared; a candidate that changes them is timed against baselines unde
 unstable baselines are re-measured and flagged. All of these knobs can be set on a CPU build of
 torch (they change nothing there), so the mechanism is tested on the CPU."""
 
+import dataclasses
 import json
 import os
 
@@ -176,9 +177,13 @@ class FakeReferenceWorker:
                 "backend_settings": settings}
 
 
-def baselines_under(settings: dict, worker: FakeReferenceWorker, cache_dir) -> Result:
+# The CPU backend judges no spread by default (config.py); these tests give it the GPU's bound.
+JUDGED_ON_CPU = dataclasses.replace(QUICK_TIMING, cpu_unstable_spread=QUICK_TIMING.unstable_spread)
+
+
+def baselines_under(settings: dict, worker: FakeReferenceWorker, cache_dir, timing=JUDGED_ON_CPU) -> Result:
     evaluation = Evaluation(SMALL_LEAKY, check_candidate(TEST_CANDIDATES / "pytorch_leaky_relu.py"),
-                            cpu_config(baselines=("eager",), cache_dir=cache_dir), "cpu")
+                            cpu_config(baselines=("eager",), cache_dir=cache_dir, timing_config=timing), "cpu")
     evaluation.result.backend_settings = {"configured": settings, "candidate": settings}
     evaluation._time_baselines(worker)
     return evaluation.result
@@ -197,6 +202,12 @@ def test_a_cached_unstable_baseline_flags_every_result_that_uses_it(tmp_path, de
     benchmark_on = {**defaults.values, "cudnn.benchmark": True}
     other = baselines_under(benchmark_on, later, tmp_path)
     assert later.asked == [benchmark_on] and other.warnings == []
+
+
+def test_the_cpu_backend_judges_no_baseline_spread_by_default(tmp_path, defaults):
+    worker = FakeReferenceWorker([0.5, 0.6, 1.67, 1.67, 1.7, 2.5, 2.6, 2.7])
+    result = baselines_under(defaults.values, worker, tmp_path, timing=QUICK_TIMING)
+    assert len(worker.asked) == 1 and result.warnings == []
 
 
 def test_the_leaderboards_input_carries_the_unstable_flag(tmp_path):
