@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from pytest_cudaagent import evaluate
 from pytest_cudaagent.baseline_cache import BaselineCache
 from pytest_cudaagent.config import SandboxLimits, TimingConfig
 from pytest_cudaagent.result import TimingStats
-from pytest_cudaagent.sandbox import SandboxUnavailable, _own_cgroup, require_sandbox
+from pytest_cudaagent.sandbox import SandboxUnavailable, require_sandbox
 from tests.helpers import TEST_PROBLEMS, cpu_config
 
 ATTACKS = Path(__file__).parent / "sandbox_candidates"
@@ -156,15 +155,22 @@ def test_require_sandbox_refuses_where_it_does_not_apply():
 
 
 def test_cgroups_and_scratch_are_removed(monkeypatch):
-    own = [Path("/sys/fs/cgroup", c, _own_cgroup(c).lstrip("/")) for c in ("", "pids", "memory") if _own_cgroup(c)]
+    """The sandbox this evaluation made, and only it: under xdist another worker's evaluation
+    may hold its own scratch directory and cgroup at the same moment."""
+    from pytest_cudaagent import sandbox as sandbox_module
 
-    def leftovers() -> set[Path]:
-        return set(Path(tempfile.gettempdir()).glob("cudaagent-scratch-*")) | {
-            p for group in own for p in group.glob("cudaagent-scratch-*")}
+    made = []
+    create = sandbox_module.Sandbox.create
 
-    before = leftovers()
+    def recording_create(*args, **kwargs):
+        made.append(create(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(sandbox_module.Sandbox, "create", recording_create)
     attack("fork_bomb", 200, monkeypatch, sandbox_limits=SandboxLimits(processes=64))
-    assert leftovers() <= before
+    assert len(made) == 1
+    assert not made[0].scratch.exists()
+    assert not any(group.exists() for group in made[0].cgroup_dirs)
 
 
 def test_tampered_baseline_is_detected_and_remeasured(tmp_path):
