@@ -109,16 +109,15 @@ class TimingConfig:
     # between the two: device time spread 0.3-0.6% and clock boost (README, "Measured").
     inconsistent_busy_fraction: float = 0.8
     # timing_inconsistent (CPU, no profiler): bare calls below this fraction of the watched
-    # calls' time, less a bound on what the watch itself costs, mean another code path ran
-    # unwatched. Only gross gaps count on the CPU: watched calls carry a Python-level dispatch
-    # audit and a profile hook whose cost we bound only loosely (48 us per operator and 1.4 us
-    # per Python call on the 2-core CI machine; the bounds below are ~3x that), and a loaded
-    # machine moves both a lot: under a load of 15 on 2 cores the watch cost 10x those bounds.
-    # Honest glue measured there came to 0.047-0.43 of the watched work (36 small operators, a
-    # small CNN, a Triton kernel under the interpreter); a PyTorch fallback taken only when
-    # unwatched came to 0.0014. So the CPU check catches only gaps over 100x; fresh content and
-    # checked outputs on every timed call are the CPU's main defence.
-    cpu_inconsistent_fraction: float = 0.01
+    # calls' time, less a bound on what the watch itself costs, would mean another code path ran
+    # unwatched. Off by default (None): on the shared 2-core CI machine the watched calls' time
+    # swings too much to judge by. Honest glue measured 0.0056-0.43 of its watched work (a tiny
+    # matmul: 0.11 ms bare against one 20 ms watched outlier; 36 small operators; a small CNN)
+    # while a PyTorch fallback taken only when unwatched measured 0.0014: no bound separates
+    # them safely. On the CPU the defence is fresh content and checked outputs on every timed
+    # call; the GPU's busy-time bound catches a fallback taken only when unwatched. Set it
+    # (0.01 was the tightest tried) on a quiet machine.
+    cpu_inconsistent_fraction: float | None = None
     cpu_audit_ms_per_op: float = 0.15
     cpu_audit_ms_per_call: float = 0.005
     # A timed call's output outside tolerance but within this factor of it, in at most this

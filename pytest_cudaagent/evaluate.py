@@ -426,7 +426,7 @@ def watched_time_violation(bare_median_ms: float, audited_ms: list[float], opera
                            python_calls: float, timing) -> Violation | None:
     """timing_inconsistent on the CPU: bare calls faster than `cpu_inconsistent_fraction` of the
     watched calls' time less a bound on what the watch costs (config.py says why so loose)."""
-    if not audited_ms:
+    if not audited_ms or timing.cpu_inconsistent_fraction is None:
         return None
     watched_ms = statistics.median(audited_ms)
     watch_cost_ms = operators * timing.cpu_audit_ms_per_op + python_calls * timing.cpu_audit_ms_per_call

@@ -8,7 +8,7 @@ policy, no timing. Two batches per scorer: the first pays start-up (the pool's s
 import torch, as every xdist run's workers do), the second is the pool's steady state.
 
 PPO runs go through `accelerate launch` of this module's --train entry (the trainer with the
-environment swapped), timed as benchmark.ppo_scaling times them (first step left out). Runs on 2
+environment swapped), timed as benchmark.experiments.ppo_scaling times them (first step left out). Runs on 2
 processes need 2 GPUs (or --cpu, which checks the script, not speed).
 
     python -m benchmark.experiments.reward_latency --out out/reward-latency               # GPU(s)
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmark.ppo_scaling import ScalingRun, launch, step_records, summarise
+from benchmark.experiments.ppo_scaling import ScalingRun, launch, step_records, summarise
 from policy.trainer.cuda_single_turn import CudaSingleTurnEnvironment
 from policy.trainer.environments import Task
 
@@ -149,7 +149,7 @@ def time_batches(scorer_name: str, environment, count: int, devices: list[str], 
 
 
 def ppo_run(scorer_name: str, processes: int, args, answers, eval_options, problems) -> tuple[ScalingRun, dict]:
-    from benchmark.ppo_scaling import train_config
+    from benchmark.experiments.ppo_scaling import train_config
 
     big = (64, 2) if args.quick else (768, 8)
     run = ScalingRun(experiment=scorer_name, name=f"{scorer_name}-{processes}", processes=processes,

@@ -2,6 +2,7 @@
 running the candidate, and build locks that a killed build does not leave behind."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -134,6 +135,7 @@ def test_compiler_errors_stay_readable():
 def test_a_build_killed_midway_then_run_again_gives_a_working_extension(tmp_path):
     candidate = write_candidate(tmp_path / "killed.py", "killed_row_sum", ROW_SUM_CPP, '["-O3", "-DROW_SCALE=1"]')
     build_dir = check_candidate(candidate).extensions_dir(default_cache_dir()) / "killed_row_sum"
+    shutil.rmtree(build_dir, ignore_errors=True)  # the shared test cache may hold an earlier run's build
     # The worker's build, in its own process group so the kill takes the compiler too.
     script = textwrap.dedent(f"""
         import os
