@@ -128,8 +128,9 @@ def test_dead_workers_exits_and_hangs_cost_only_their_own_candidates(tmp_path, m
         candidate_file(tmp_path, "sleeps_at_import", sleeper),
         candidate_file(tmp_path, "good_but_worker_dies", QUICK_CANDIDATE + KILL_MARKER),
     ]
-    # A tiny build (import) timeout; the reference still gets the usual run timeout.
-    environment = environment_for(candidates, build_timeout_s=5)
+    # A short build (import) timeout, long enough for an honest import on a loaded 2-core box (5 s
+    # was not, with another xdist worker busy); the reference still gets the usual run timeout.
+    environment = environment_for(candidates, build_timeout_s=30)
     scorer = XdistScorer(environment, ["cpu", "cpu"], tmp_path / "scoring")
     assert score_all(scorer, environment) == [1.0, -1.0, -1.0, -1.0]
     episodes = episode_log(tmp_path / "scoring")
