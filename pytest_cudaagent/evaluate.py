@@ -111,7 +111,11 @@ class Evaluation:
         result.reward = milestone_reward(result, self.config.reward)
         return result
 
-    def _phase(self, name: str, action, worker: Worker | None = None, problem_side: bool = False):
+    def _phase(self, name: str, action, worker: Worker | None = None, problem_side: bool = False,
+               record: bool = True):
+        """Run `action`, turning worker failures into a verdict (or a ProblemError on the
+        reference's side); `record=False` for a request made inside another phase, whose time
+        belongs to that phase (it would otherwise overwrite this name's own time)."""
         started = time.perf_counter()
         try:
             return action()
@@ -132,7 +136,8 @@ class Evaluation:
                 raise ProblemError(f"{self.problem}: the reference process died ({death})\n{log}") from None
             self._fail("crashed", f"{name}: {death}")
         finally:
-            self.result.phase_seconds[name] = round(time.perf_counter() - started, 4)
+            if record:
+                self.result.phase_seconds[name] = round(time.perf_counter() - started, 4)
 
     def _fail(self, status: str, error: str):
         self.result.status = status
@@ -206,7 +211,8 @@ class Evaluation:
         """Asked only when the candidate disagrees: does the reference agree with itself under
         the same seed? If not, the trial cannot judge anyone."""
         reply = self._phase("reference", lambda: reference_worker.request(
-            ("repeats_itself", index), self.config.run_timeout_s), worker=reference_worker, problem_side=True)
+            ("repeats_itself", index), self.config.run_timeout_s), worker=reference_worker, problem_side=True,
+            record=False)
         return reply["deterministic"]
 
     def _note_output_reuse(self, reused: list[Violation]) -> None:
@@ -230,7 +236,7 @@ class Evaluation:
         audited_count = max(1, timing.rotating_inputs)
         fresh = self._phase("reference", lambda: reference_worker.request(
             ("fresh_sets", timed_count + audited_count), self.config.run_timeout_s),
-            worker=reference_worker, problem_side=True)["sets"]
+            worker=reference_worker, problem_side=True, record=False)["sets"]
         timed_sets, audited_sets = fresh[:timed_count], fresh[timed_count:]
         reply = worker.request(("time", [_for_candidate(s) for s in timed_sets],
                                 [_for_candidate(s) for s in audited_sets]), self.config.run_timeout_s)
