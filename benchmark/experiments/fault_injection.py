@@ -24,7 +24,7 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
-from benchmark.harness_throughput import fresh_cache_env
+from benchmark.experiments.harness_throughput import fresh_cache_env
 from pytest_cudaagent.results_file import read_results_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

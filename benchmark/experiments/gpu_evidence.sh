@@ -6,12 +6,53 @@ set -u
 export OUT=${OUT:-out/gpu-evidence}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
+# Wheels carried in .whl (KernelBench's eval needs pydantic, which the GPU image lacks).
+# SKIP_INSTALL=1: an earlier call of this script installed them (runs side by side must not both install).
+if [ -z "${SKIP_INSTALL:-}" ] && ls .whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > "$OUT/wheels.log" 2>&1 || { cat "$OUT/wheels.log"; exit 1; }
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+if [ -z "${SKIP_INSTALL:-}" ]; then
+  python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
+fi
 # Each section's whole output goes to $OUT/<section>.log; its last lines are printed.
 run_section() {
   local section=$1
   case "$section" in
     evaluator-tests) python3 -m pytest tests/gpu tests/adversarial -m gpu -q -p no:cacheprovider -rA -n "${TEST_WORKERS:-4}" ;;
+    # Every gpu-marked test of the repository (evaluator, adversarial, compat, trainer, synthesis, policy).
+    all-gpu-tests) python3 -m pytest tests -m gpu -q -p no:cacheprovider -rfEs --durations=20 -n "${TEST_WORKERS:-6}" ;;
+    # KernelBench's own eval beside ours (a checkout in $KERNELBENCH, default .kernelbench, carried;
+    # its eval needs pydantic: carry the wheels in .whl, installed below when present).
+    differential) python3 -m benchmark.experiments.kernelbench_differential --kernelbench "${KERNELBENCH:-.kernelbench}" \
+                    --release "${RELEASE:-v0.1}" --jobs "${JOBS:-6}" --json "$OUT/differential_${RELEASE:-v0.1}.json" ;;
+    # The compatibility suite through `cudaagent bench` under each convention, leaderboards printed.
+    compat-bench) for convention in kernelbench cuda-agent; do
+                    cudaagent bench --problems tests/compat/problems --candidates tests/compat/candidates --device cuda \
+                      --policy permissive --convention "$convention" --baselines eager,compile --out "$OUT/compat-$convention"
+                    cudaagent bench --problems tests/compat/conventions/problems --candidates tests/compat/conventions/candidates \
+                      --device cuda --policy permissive --convention "$convention" --baselines eager \
+                      --out "$OUT/conventions-$convention"
+                    cat "$OUT/compat-$convention/leaderboard.md" "$OUT/conventions-$convention/leaderboard.md"
+                  done ;;
+    speed-fidelity) for backend in pytorch-default strict-fp32; do
+                      python3 -m benchmark.experiments.speed_fidelity --kernelbench "${KERNELBENCH:-.kernelbench}" \
+                        --pairs benchmark/experiments/speed_fidelity_cases/pairs.json --backend "$backend" \
+                        --json "$OUT/speed_fidelity_$backend.json"
+                    done ;;
+    l2) python3 -m benchmark.experiments.l2_persistence --json "$OUT/l2_persistence.json" ;;
+    sandbox) python3 -m benchmark.experiments.sandbox_overhead --device cuda
+             cudaagent verify examples/problems/leaky_relu.py examples/candidates/cuda/leaky_relu.py --device cuda \
+               --output "$OUT/verify_sandbox.json"
+             python3 -c "import json, sys; print('Result.env.sandbox =', json.load(open(sys.argv[1]))['env']['sandbox'])" \
+               "$OUT/verify_sandbox.json" ;;
+    faults) python3 -m benchmark.experiments.fault_injection --device cuda --kills "${KILLS:-7}" --json "$OUT/faults.json" \
+              --work /tmp/faults
+            python3 -m benchmark.experiments.fault_injection --show "$OUT/faults.json" --markdown ;;
+    reward) python3 -m benchmark.experiments.reward_latency --out "$OUT/reward" --count "${COUNT:-64}" --processes 1 ;;
+    build-speed) python3 -m benchmark.experiments.build_speed ;;
     # Every bundled CUDA candidate through `cudaagent verify`, in parallel: builds overlap,
     # timings queue on the GPU lock.
     verify) nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
@@ -64,7 +105,8 @@ run_section() {
                      tail -3 /tmp/throughput/sequential.log ;;
     throughput-report) python3 -m benchmark.experiments.harness_throughput --device cuda --work /tmp/throughput --phase report \
                          --json "$OUT/throughput.json" ;;
-    *) echo "unknown section $section; sections: evaluator-tests verify bench spread jitter policy trainer synthesis" \
+    *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests differential compat-bench speed-fidelity" \
+            "l2 sandbox faults reward build-speed verify bench spread jitter policy trainer synthesis" \
             "throughput-harness throughput-sequential throughput-wait throughput-report"
        return 2 ;;
   esac

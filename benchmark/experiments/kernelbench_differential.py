@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import inspect
 import json
 import multiprocessing
+import os
 import sys
 import tempfile
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -157,10 +160,38 @@ def report(verdicts: list[PairVerdict], settings: dict) -> dict:
 # -- KernelBench's side -------------------------------------------------------------------------
 
 
+# KernelBench's package __init__ imports its LLM helpers (utils.py: dotenv, openai, litellm) though
+# eval_kernel_against_ref uses none of them; the GPU machine has none and reaches no registry.
+LLM_CLIENT_MODULES = {"dotenv": ("load_dotenv",), "openai": ("OpenAI",), "litellm": ("completion",)}
+
+
+def stub_missing_llm_clients() -> list[str]:
+    """Empty stand-ins for KernelBench's LLM-client imports that are not installed; returns their
+    names. A call into one raises, so a stub can never pass for the real client."""
+    import types
+
+    def unavailable(*_args, **_kwargs):
+        raise RuntimeError("an LLM client stub (kernelbench_differential): this package is not installed")
+
+    stubbed = []
+    for module_name, attributes in LLM_CLIENT_MODULES.items():
+        if module_name in sys.modules or importlib.util.find_spec(module_name) is not None:
+            continue  # installed, or already stubbed by an earlier call
+        module = types.ModuleType(module_name)
+        for attribute in attributes:
+            setattr(module, attribute, unavailable)
+        if module_name == "dotenv":  # called at import time: reading no .env file is what it would do
+            module.load_dotenv = lambda *_args, **_kwargs: False
+        sys.modules[module_name] = module
+        stubbed.append(module_name)
+    return stubbed
+
+
 def import_kernelbench_eval(checkout: Path):
     """KernelBench's eval module from a checkout: `src/kernelbench/eval.py` (a package, recent
     versions) or `src/eval.py` (v0.1 era, imported as `src.eval`)."""
     checkout = Path(checkout).resolve()
+    stub_missing_llm_clients()
     if (checkout / "src" / "kernelbench" / "eval.py").is_file():
         sys.path.insert(0, str(checkout / "src"))
         return importlib.import_module("kernelbench.eval")
@@ -244,6 +275,15 @@ def run_ours(pair: Pair, release: str, policy: str) -> tuple[str, str | None, st
     return result.status, rule, result.error or ""
 
 
+def judge_pair(name: str, pair: Pair, checkout: Path, release: str, policy: str, build_root: Path) -> PairVerdict:
+    """Both verdicts on one pair, in a pool process (pairs run side by side: correctness only, no
+    timing, so they may share the GPU)."""
+    status, rule, detail = run_ours(pair, release, policy)
+    kb, kb_detail = kb_outcome(run_kernelbench(checkout, release, pair, build_root))
+    return PairVerdict(name, str(pair.problem), str(pair.candidate), our_outcome(status), kb, status, rule, detail,
+                       kb_detail)
+
+
 # -- pairs and main -----------------------------------------------------------------------------
 
 
@@ -280,6 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--policy", choices=("permissive", "strict"), default="permissive",
                         help="our anti-hacking policy (default permissive: KernelBench allows PyTorch glue)")
     parser.add_argument("--json", type=Path, help="write the counts and every pair's verdicts here")
+    parser.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
+                        help="pairs judged at once (default: up to 8, one per core; builds dominate)")
     return parser
 
 
@@ -297,13 +339,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     named = collect_pairs(args)
     verdicts = []
-    with tempfile.TemporaryDirectory(prefix="kb-differential-") as build_root:
-        for index, (name, pair) in enumerate(named, 1):
-            console.print(f"[{index}/{len(named)}] {name}")
-            status, rule, detail = run_ours(pair, args.release, args.policy)
-            kb, kb_detail = kb_outcome(run_kernelbench(args.kernelbench, args.release, pair, Path(build_root)))
-            verdicts.append(PairVerdict(name, str(pair.problem), str(pair.candidate), our_outcome(status), kb,
-                                        status, rule, detail, kb_detail))
+    with tempfile.TemporaryDirectory(prefix="kb-differential-") as build_root, \
+            ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(judge_pair, name, pair, args.kernelbench, args.release, args.policy, Path(build_root))
+                   for name, pair in named]
+        for done, future in enumerate(as_completed(futures), 1):
+            verdicts.append(future.result())
+            console.print(f"[{done}/{len(named)}] {verdicts[-1].name}: ours {verdicts[-1].ours}, KernelBench {verdicts[-1].kb}")
+    verdicts.sort(key=lambda verdict: [name for name, _ in named].index(verdict.name))
     console.print(pairs_table(verdicts))
     console.print(summary_table(verdicts, args.release))
     if args.json:

@@ -26,11 +26,9 @@ KERNELBENCH_CORRECT_TRIALS = 5
 def kernelbench_eval(checkout: str, problem_src: str, candidate_src: str, backend: str, queue) -> None:
     """In a fresh process (KernelBench runs the candidate in its own process; flags it sets must
     not reach the next one): candidate time and the reference's, timed right after it."""
-    sys.path[:0] = [str(Path(checkout) / "src"), checkout]
-    try:
-        from kernelbench.eval import eval_kernel_against_ref
-    except ImportError:
-        from src.eval import eval_kernel_against_ref
+    from benchmark.experiments.kernelbench_differential import import_kernelbench_eval
+
+    eval_kernel_against_ref = import_kernelbench_eval(Path(checkout)).eval_kernel_against_ref
     options = {"backend": backend} if backend != "cuda" else {}
     result = eval_kernel_against_ref(problem_src, candidate_src, num_correct_trials=KERNELBENCH_CORRECT_TRIALS,
                                      num_perf_trials=KERNELBENCH_PERF_TRIALS, measure_performance=True,

@@ -150,3 +150,26 @@ def test_without_a_gpu_it_says_so_and_exits_2(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     assert differential.main(["--kernelbench", str(tmp_path)]) == 2
     assert "no CUDA GPU" in capsys.readouterr().out
+
+
+def test_missing_llm_clients_are_stubbed_so_the_checkout_imports(monkeypatch):
+    """KernelBench's package __init__ imports dotenv, openai and litellm (its LLM helpers); where
+    they are missing, stubs stand in: load_dotenv does nothing, a client call raises."""
+    import importlib.util
+    import sys
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *rest: None if name in differential.LLM_CLIENT_MODULES else real_find_spec(name, *rest))
+    for name in differential.LLM_CLIENT_MODULES:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    try:
+        assert sorted(differential.stub_missing_llm_clients()) == ["dotenv", "litellm", "openai"]
+        assert sys.modules["dotenv"].load_dotenv() is False
+        with pytest.raises(RuntimeError, match="not installed"):
+            sys.modules["openai"].OpenAI(api_key="x")
+        with pytest.raises(RuntimeError, match="not installed"):
+            sys.modules["litellm"].completion(model="m")
+    finally:
+        for name in differential.LLM_CLIENT_MODULES:
+            sys.modules.pop(name, None)
