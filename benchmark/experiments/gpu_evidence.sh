@@ -11,7 +11,6 @@ export PYTHONUNBUFFERED=1
 if [ -z "${SKIP_INSTALL:-}" ] && ls .whl/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     > "$OUT/wheels.log" 2>&1 || { cat "$OUT/wheels.log"; exit 1; }
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 if [ -z "${SKIP_INSTALL:-}" ]; then
