@@ -64,6 +64,7 @@ class Sandbox:
     memory_bytes: int
     cgroup_dirs: list[Path] = field(default_factory=list)
     cgroup_kind: str = ""
+    cgroup_error: str = ""  # why no cgroup could be made here, for the report
 
     @classmethod
     def create(cls, build_dir: Path, readable: list[Path], limits: SandboxLimits, memory_cap_gb: float) -> Sandbox:
@@ -75,7 +76,8 @@ class Sandbox:
         if os.environ.get("CUDAAGENT_LOCK_LOG"):
             Path(os.environ["CUDAAGENT_LOCK_LOG"]).touch()
         sandbox = cls(scratch, build_dir, [str(p) for p in readable], limits, int(memory_cap_gb * limits.memory_headroom * 1024**3))
-        sandbox.cgroup_dirs, sandbox.cgroup_kind = _make_cgroup(scratch.name, limits.processes, sandbox.memory_bytes)
+        sandbox.cgroup_dirs, sandbox.cgroup_kind, sandbox.cgroup_error = _make_cgroup(
+            scratch.name, limits.processes, sandbox.memory_bytes)
         return sandbox
 
     def env(self) -> dict[str, str]:
@@ -94,6 +96,7 @@ class Sandbox:
                 "writable": [str(self.scratch), str(self.build_dir)], "readable": self.readable,
                 "locks": str(lock_dir()), "lock_log": os.environ.get("CUDAAGENT_LOCK_LOG", ""),
                 "cgroup_dirs": [str(d) for d in self.cgroup_dirs], "cgroup_kind": self.cgroup_kind,
+                "cgroup_error": self.cgroup_error,
                 "limits": vars(self.limits)}
 
     def close(self) -> None:
@@ -111,9 +114,11 @@ def _own_cgroup(hierarchy: str) -> str | None:
     return None
 
 
-def _make_cgroup(name: str, processes: int, memory_bytes: int) -> tuple[list[Path], str]:
+def _make_cgroup(name: str, processes: int, memory_bytes: int) -> tuple[list[Path], str, str]:
     """A cgroup with pids.max and a memory limit: v2 where this process's cgroup delegates the
-    controllers, else the v1 pids and memory hierarchies; none where neither is writable."""
+    controllers (enabled in its subtree_control here where that is allowed, as in a VM's root
+    cgroup), else the v1 pids and memory hierarchies; none where neither is writable. Returns the
+    directories, "v2", "v1" or "", and why none was made."""
     root = Path("/sys/fs/cgroup")
     limits = {"pids": ("pids.max", str(processes)),
               "memory": ("memory.max", str(memory_bytes))}
@@ -122,12 +127,14 @@ def _make_cgroup(name: str, processes: int, memory_bytes: int) -> tuple[list[Pat
     try:
         own = _own_cgroup("")
         if (root / "cgroup.controllers").exists() and own is not None:
-            group = root / own.lstrip("/") / name
+            parent = root / own.lstrip("/")
+            _delegate_v2_controllers(parent, tuple(limits))
+            group = parent / name
             group.mkdir()
             made.append(group)
             for file_name, value in limits.values():
                 (group / file_name).write_text(value)
-            return made, "v2"
+            return made, "v2", ""
         for controller in ("pids", "memory"):
             own = _own_cgroup(controller)
             if own is None:
@@ -137,10 +144,23 @@ def _make_cgroup(name: str, processes: int, memory_bytes: int) -> tuple[list[Pat
             made.append(group)
             file_name, value = limits["pids"] if controller == "pids" else v1_memory
             (group / file_name).write_text(value)
-        return made, "v1" if made else ""
-    except OSError:
+        return made, "v1" if made else "", "" if made else "no cgroup v1 pids or memory hierarchy"
+    except OSError as error:
         _empty_cgroup(made)
-        return [], ""
+        return [], "", f"{error.filename or ''}: {error.strerror or error}"
+
+
+def _delegate_v2_controllers(parent: Path, controllers: tuple[str, ...]) -> None:
+    """Turn the controllers on for the parent's children where they are available but off; where
+    the kernel refuses (processes in a non-root parent), creating the limits below says so."""
+    enabled = set((parent / "cgroup.subtree_control").read_text().split())
+    available = set((parent / "cgroup.controllers").read_text().split())
+    wanted = [c for c in controllers if c in available and c not in enabled]
+    if wanted:
+        try:
+            (parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted))
+        except OSError:
+            pass
 
 
 def _empty_cgroup(dirs: list[Path]) -> None:
@@ -213,13 +233,19 @@ def landlock_abi() -> int:
     return max(0, _libc().syscall(_SYS_LANDLOCK_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
 
 
-def confine(settings: dict, run) -> None:
+def confine(settings: dict, run, prepare=None) -> None:
     """In the spawned worker: enter the sandbox, then `run(report)` in the namespace's init
     process. This process stays outside, waits for it and exits as it did; if this process is
-    killed, the init gets SIGKILL (PR_SET_PDEATHSIG) and the namespace goes with it."""
+    killed, the init gets SIGKILL (PR_SET_PDEATHSIG) and the namespace goes with it.
+
+    `prepare()` runs inside the namespaces, before the rlimits, Landlock and the capability drop:
+    the GPU driver is initialised there (opening its device files, creating /dev/nvidia-uvm on
+    first use), which it cannot do once they apply; the candidate's code runs only after."""
     started = time.perf_counter()
     report = {"enabled": bool(settings["enabled"]), "errors": []}
     if not settings["enabled"] or sys.platform != "linux":
+        if prepare is not None:
+            prepare()
         run(report)
         return
     libc = _libc()
@@ -239,6 +265,8 @@ def confine(settings: dict, run) -> None:
         os.close(alive_read)
         _private_mounts(libc, report)
         os.chdir(settings["scratch"])
+        if prepare is not None:
+            prepare()
         # TMPDIR now names the scratch directory. multiprocessing copies the parent's temporary
         # directory into its children; the socket that passes tensors' memory must be bound here.
         tempfile.tempdir = None
@@ -278,6 +306,8 @@ def _join_cgroup(settings: dict, report: dict) -> None:
         for group in settings["cgroup_dirs"]:
             Path(group, "cgroup.procs").write_text(str(os.getpid()))
         report["cgroup"] = settings["cgroup_kind"] or False
+        if settings.get("cgroup_error"):
+            report["errors"].append(f"cgroup: {settings['cgroup_error']}")
     except OSError as error:
         report["cgroup"] = False
         report["errors"].append(f"cgroup: {error}")

@@ -205,7 +205,19 @@ def candidate_main(conn, spec: dict) -> None:
         if not (spec["sandbox"]["require"] and missing(report)):
             serve_candidate(conn, spec)
 
-    confine(spec["sandbox"], serve)
+    confine(spec["sandbox"], serve, prepare=lambda: open_gpu(spec["device"]))
+
+
+def open_gpu(device: str) -> None:
+    """Initialise CUDA and this device's context before the sandbox's restrictions apply: under
+    Landlock and without capabilities the driver can no longer open or create its device files
+    (on the H100 machine cudaGetDeviceCount then failed with error 304)."""
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    torch.cuda.init()
+    torch.empty(1, device=device)  # the device's context, made before any of the candidate's code
 
 
 def serve_candidate(conn, spec: dict) -> None:
