@@ -22,7 +22,7 @@ run_section() {
   case "$section" in
     evaluator-tests) python3 -m pytest tests/gpu tests/adversarial -m gpu -q -p no:cacheprovider -rA -n "${TEST_WORKERS:-4}" ;;
     # Every gpu-marked test of the repository (evaluator, adversarial, compat, trainer, synthesis, policy).
-    all-gpu-tests) python3 -m pytest tests -m gpu -q -p no:cacheprovider -rfEs --durations=20 -n "${TEST_WORKERS:-6}" ;;
+    all-gpu-tests) python3 -m pytest tests -m gpu -v -p no:cacheprovider -rfEs --durations=20 -n "${TEST_WORKERS:-6}" ;;
     # KernelBench's own eval beside ours (a checkout in $KERNELBENCH, default .kernelbench, carried;
     # its eval needs pydantic: carry the wheels in .whl, installed below when present).
     differential) python3 -m benchmark.experiments.kernelbench_differential --kernelbench "${KERNELBENCH:-.kernelbench}" \
