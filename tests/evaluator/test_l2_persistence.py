@@ -251,9 +251,8 @@ def test_constants_match_driver_and_runtime_headers(header_layout):
 def test_driver_reads_back_a_carve_out_and_window_and_the_guard_clears_them():
     if torch.cuda.get_device_capability() < (8, 0):
         pytest.skip("no persisting L2 before Ampere")
-    torch.cuda.init()
+    buffer = torch.empty(1 << 20, device="cuda")  # makes the context current, as the worker's setup does
     controls, side = DriverL2(), torch.cuda.Stream()
-    buffer = torch.empty(1 << 20, device="cuda")
     controls.set_persisting_limit(torch.cuda.get_device_properties().L2_cache_size // 2)
     controls.set_window(side.cuda_stream, Window(buffer.data_ptr(), buffer.nbytes, 1.0, ACCESS_PROPERTY_PERSISTING,
                                                  ACCESS_PROPERTY_STREAMING))
