@@ -1,0 +1,22 @@
+"""Each timed call's output is copied and then dropped before the next timed call (worker.py,
+time_candidate), so the next call's output can reuse its memory. Held, the copy takes the freed
+block and every timed call allocates fresh pages inside the timed region: an honest
+F.leaky_relu timed at 3x eager's time on the CPU, 18x sandboxed
+(benchmark/experiments/timed_call_overhead.py)."""
+
+from pathlib import Path
+
+from pytest_cudaagent import evaluate
+from tests.helpers import cpu_config
+
+HERE = Path(__file__).parent
+PROBLEM = HERE.parent / "data" / "problems" / "small_leaky_relu.py"
+
+
+def test_no_timed_call_finds_the_previous_output_still_held():
+    result = evaluate(PROBLEM, HERE / "timing_candidates" / "slow_while_last_output_lives.py",
+                      cpu_config(policy="permissive", timing=True))
+    assert result.passed, result.summary()
+    stats = result.timing["candidate"]
+    # A call that found the previous output alive sleeps 5 ms; the median call must not have.
+    assert stats.median_ms < 2.5, stats
