@@ -51,15 +51,33 @@ class Worker:
         child_conn.close()
         self.memory_cap_bytes = memory_cap_gb * 1024**3
         self.peak_rss_bytes = 0
+        # Seconds spent waiting on each kind of request (its name) or unrequested message (the
+        # label given to receive), summed: where an evaluation's time went (Result.profile).
+        self.seconds: dict[str, float] = {}
 
     def request(self, message: tuple, timeout_s: float) -> dict:
+        started = time.perf_counter()
         try:
             self.conn.send(message)
         except (BrokenPipeError, OSError) as error:
             raise WorkerDied(self._death_reason()) from error
-        return self.receive(timeout_s)
+        try:
+            return self.receive(timeout_s)
+        finally:
+            self._count(message[0], started)
 
-    def receive(self, timeout_s: float) -> dict:
+    def receive(self, timeout_s: float, label: str | None = None) -> dict:
+        started = time.perf_counter()
+        try:
+            return self._receive(timeout_s)
+        finally:
+            if label is not None:
+                self._count(label, started)
+
+    def _count(self, label: str, started: float) -> None:
+        self.seconds[label] = self.seconds.get(label, 0.0) + time.perf_counter() - started
+
+    def _receive(self, timeout_s: float) -> dict:
         deadline = time.monotonic() + timeout_s
         while True:
             if self.conn.poll(0.05):

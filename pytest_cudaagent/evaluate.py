@@ -60,6 +60,8 @@ class Evaluation:
         self.extensions_dir = candidate.extensions_dir(config.cache_dir)
         self.protected_hashes = candidate.protected_hashes(problem)
         self.sandbox: Sandbox | None = None
+        self._workers: dict[str, Worker] = {}  # by side, kept for their request times (Result.profile)
+        self._compare_seconds = 0.0
 
     # -- orchestration --------------------------------------------------------------------------
 
@@ -72,12 +74,13 @@ class Evaluation:
             if self.config.fast_build:
                 prepare_pch(self.candidate, self.config.cache_dir, self.device)
             candidate_worker = self._spawn_candidate()  # builds while the reference computes
-            self._phase("sandbox", lambda: self._note_sandbox(candidate_worker.receive(self.config.build_timeout_s)))
+            self._phase("sandbox", lambda: self._note_sandbox(candidate_worker.receive(self.config.build_timeout_s,
+                                                                                        label="start")))
             reference = self._phase("reference", lambda: reference_worker.request(
                 ("prepare", self._set_count()), self.config.run_timeout_s), worker=reference_worker,
                 problem_side=True)
             result.backend_settings = {"configured": reference["backend_settings"]}
-            self._phase("build", lambda: candidate_worker.receive(self.config.build_timeout_s))
+            self._phase("build", lambda: candidate_worker.receive(self.config.build_timeout_s, label="build"))
             constructed = self._phase("construct", lambda: candidate_worker.request(
                 ("construct", reference["init_inputs"], reference["state_dict"], reference["seed"]),
                 self.config.run_timeout_s))
@@ -97,6 +100,10 @@ class Evaluation:
         except _Stop:
             pass
         finally:
+            for side, worker in self._workers.items():
+                result.profile.update({f"{side}.{label}": round(seconds, 4) for label, seconds in worker.seconds.items()})
+            if self._compare_seconds:
+                result.profile["compare"] = round(self._compare_seconds, 4)
             if candidate_worker is not None:
                 result.log = candidate_worker.log_tail()
                 candidate_worker.close()
@@ -150,7 +157,8 @@ class Evaluation:
 
     def _spawn_reference(self) -> Worker:
         spec = {"problem": str(self.problem), "device": self.device, "config": self.config.to_dict()}
-        return Worker(reference_main, spec, self.config.memory_cap_gb)
+        self._workers["reference"] = Worker(reference_main, spec, self.config.memory_cap_gb)
+        return self._workers["reference"]
 
     def _spawn_candidate(self) -> Worker:
         spec = {
@@ -174,7 +182,8 @@ class Evaluation:
         env = {"TORCH_EXTENSIONS_DIR": str(self.sandbox.build_dir), **self.sandbox.env()}
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"  # Triton kernels run under Triton's interpreter on the CPU
-        return Worker(candidate_main, spec, self.config.memory_cap_gb, env=env)
+        self._workers["candidate"] = Worker(candidate_main, spec, self.config.memory_cap_gb, env=env)
+        return self._workers["candidate"]
 
     def _note_sandbox(self, report: dict) -> None:
         report.pop("kind")
@@ -199,7 +208,9 @@ class Evaluation:
                 if isinstance(before, torch.Tensor) and not same_values(before, after):
                     self._add_violations([Violation("input_mutation", f"forward changed input {position}")])
             outputs = reply["outputs"]
+            compare_started = time.perf_counter()
             trial = compare_outputs(index, trial_set["outputs"], outputs, tolerances)
+            self._compare_seconds += time.perf_counter() - compare_started
             if None in outputs:
                 trial.correct, trial.error = False, "an output could not be read (see violations)"
             elif not trial.correct and not self._reference_repeats_itself(reference_worker, index):
@@ -255,6 +266,13 @@ class Evaluation:
 
     def _check_timed_outputs(self, label: str, fresh_sets: list[dict], outputs: list[list]) -> None:
         """Every checked call is judged on the values it produced (copied right after it)."""
+        compare_started = time.perf_counter()
+        try:
+            self._judge_checked_calls(label, fresh_sets, outputs)
+        finally:
+            self._compare_seconds += time.perf_counter() - compare_started
+
+    def _judge_checked_calls(self, label: str, fresh_sets: list[dict], outputs: list[list]) -> None:
         for index, (fresh, output) in enumerate(zip(fresh_sets, outputs, strict=True)):
             verdict = judge_checked_call(f"{label} call {index} of {len(fresh_sets)}", fresh["outputs"],
                                          as_output_list(output), self.config.tolerances(), self.config.timing_config)

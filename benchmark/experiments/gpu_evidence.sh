@@ -55,6 +55,7 @@ run_section() {
     # Time above the kernel per timed call, candidate and eager, sandbox on/off, launch hidden/counted.
     timed-overhead) python3 -m benchmark.experiments.timed_call_overhead --json "$OUT/timed_call_overhead.json" ;;
     sandbox-layers) python3 -m benchmark.experiments.sandbox_layers --json "$OUT/sandbox_layers.json" ;;
+    phase-profile) python3 -m benchmark.experiments.phase_profile --device cuda --repeats 2 --json "$OUT/phase_profile.json" ;;
     # Every bundled CUDA candidate through `cudaagent verify`, in parallel: builds overlap,
     # timings queue on the GPU lock.
     verify) nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
@@ -108,7 +109,7 @@ run_section() {
     throughput-report) python3 -m benchmark.experiments.harness_throughput --device cuda --work /tmp/throughput --phase report \
                          --json "$OUT/throughput.json" ;;
     *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests differential compat-bench speed-fidelity" \
-            "l2 sandbox faults reward build-speed timed-overhead sandbox-layers verify bench spread jitter policy trainer synthesis" \
+            "l2 sandbox faults reward build-speed timed-overhead sandbox-layers phase-profile verify bench spread jitter policy trainer synthesis" \
             "throughput-harness throughput-sequential throughput-wait throughput-report"
        return 2 ;;
   esac

@@ -3,6 +3,7 @@
 import pytest
 
 from pytest_cudaagent import BadFileError, ProblemError, evaluate
+from pytest_cudaagent.result import Result
 from tests.helpers import (
     CPU_CANDIDATES,
     PROBLEMS,
@@ -34,6 +35,14 @@ def test_honest_cpp_candidate_passes_with_timing_and_eager_baseline():
     assert result.reward in (1.0, 2.0)
     assert result.env["device"] == "cpu" and result.env["torch"]
     assert {"reference", "build", "correctness", "timing", "baselines"} <= set(result.phase_seconds)
+    # Result.profile: time waiting on each worker request (summed) and the parent's comparisons.
+    # (reference.baseline too, when the eager time is not in the baseline cache)
+    assert {"reference.prepare", "reference.fresh_sets", "candidate.start", "candidate.build",
+            "candidate.construct", "candidate.forward", "candidate.warm", "candidate.time", "compare"} <= set(result.profile)
+    assert all(seconds >= 0 for seconds in result.profile.values())
+    # The correctness phase is its five forward round trips and their comparisons, little else.
+    assert result.profile["candidate.forward"] <= result.phase_seconds["correctness"]
+    assert Result.from_json(result.to_json()).profile == result.profile
 
 
 @pytest.mark.slow
