@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -241,3 +242,77 @@ def test_plugin_require_sandbox_exits_2(pytester, monkeypatch):
         "--cudaagent-device", "cpu", "--cudaagent-require-sandbox", "-p", "no:cacheprovider")
     assert outcome.ret == 2
     outcome.stdout.fnmatch_lines(["*landlock could not be applied*"])
+
+
+def test_v2_controllers_are_turned_on_for_the_children_where_available(tmp_path):
+    """A VM's root cgroup may list pids and memory as available but off for its children; the
+    evaluator turns them on before making the candidate's group (else pids.max does not exist)."""
+    from pytest_cudaagent.sandbox import _delegate_v2_controllers
+
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (tmp_path / "cgroup.subtree_control").write_text("cpu\n")
+    _delegate_v2_controllers(tmp_path, ("pids", "memory"))
+    assert (tmp_path / "cgroup.subtree_control").read_text() == "+pids +memory"
+
+
+def test_why_no_cgroup_could_be_made_reaches_the_report_and_the_refusal():
+    """On the H100 machine the evaluator's delegated cgroup refused pids.max (Permission denied):
+    the Result's sandbox report and --require-sandbox's message say so instead of 'no error given'."""
+    from pytest_cudaagent.sandbox import _join_cgroup, missing, refusal
+
+    report = {"errors": []}
+    _join_cgroup({"cgroup_dirs": [], "cgroup_kind": "", "cgroup_error": "/sys/fs/cgroup/x/pids.max: Permission denied"},
+                 report)
+    assert report["cgroup"] is False
+    assert report["errors"] == ["cgroup: /sys/fs/cgroup/x/pids.max: Permission denied"]
+    assert "pids.max: Permission denied" in refusal({**report, "pid_ns": True}) and "pid_ns" not in missing(
+        {**report, "pid_ns": True})
+
+
+def test_prepare_runs_before_the_restrictions_and_the_candidate():
+    """confine(prepare=...) runs where the GPU driver is initialised: after the namespaces, before
+    the rlimits and Landlock apply (CUDA could not start under them on the H100)."""
+    import multiprocessing
+    import resource
+
+    from pytest_cudaagent.sandbox import Sandbox, landlock_abi
+
+    if landlock_abi() < 1:
+        pytest.skip("Landlock is not available in this kernel")
+
+    sandbox = Sandbox.create(Path(tempfile.mkdtemp()), [], SandboxLimits(), memory_cap_gb=2.0)
+    try:
+        receiver, sender = multiprocessing.get_context("spawn").Pipe(duplex=False)
+        process = multiprocessing.get_context("spawn").Process(
+            target=_confine_and_report, args=(sandbox.spec(enabled=True, require=False), sender))
+        process.start()
+        sender.close()
+        seen = receiver.recv() if receiver.poll(60) else None
+        process.join(30)
+    finally:
+        sandbox.close()
+    assert seen is not None
+    prepared, run = seen
+    # The rlimits apply after prepare: it saw this process's open-file limit, the candidate the sandbox's.
+    assert prepared["nofile_soft"] == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert run["nofile_soft"] == SandboxLimits().open_files
+    assert prepared["home_writable"] and not run["home_writable"]  # Landlock applied after prepare
+
+
+def _confine_and_report(settings, conn):
+    import resource
+
+    from pytest_cudaagent.sandbox import confine
+
+    def state():
+        probe = Path(os.path.expanduser("~")) / f".cudaagent-prepare-probe-{os.getpid()}"
+        try:
+            probe.write_text("x")
+            probe.unlink()
+            writable = True
+        except OSError:
+            writable = False
+        return {"nofile_soft": resource.getrlimit(resource.RLIMIT_NOFILE)[0], "home_writable": writable}
+
+    seen = {}
+    confine(settings, lambda report: conn.send((seen["prepared"], state())), prepare=lambda: seen.update(prepared=state()))
