@@ -216,10 +216,14 @@ def pin_release_tolerance(eval_module, release: str) -> None:
                          f"--release {release} needs a newer checkout, or use --release v0.1")
 
 
-def kernelbench_call_arguments(function, build_dir: str) -> dict:
-    """The keyword arguments this version of eval_kernel_against_ref accepts, among ours."""
+def kernelbench_call_arguments(function, build_dir: str, candidate_source: str = "") -> dict:
+    """The keyword arguments this version of eval_kernel_against_ref accepts, among ours. A Triton
+    candidate is declared as one (backend="triton"): KernelBench then loads it from a file, which
+    Triton's @jit needs; as backend "cuda" it is exec'd and fails to compile."""
     wanted = {"seed_num": SEED, "num_correct_trials": TRIALS, "measure_performance": False, "verbose": False,
               "build_dir": build_dir}
+    if "import triton" in candidate_source:
+        wanted["backend"] = "triton"
     accepted = inspect.signature(function).parameters
     return {name: value for name, value in wanted.items() if name in accepted}
 
@@ -229,8 +233,9 @@ def _kernelbench_child(conn, checkout: str, release: str, problem: str, candidat
         eval_module = import_kernelbench_eval(Path(checkout))
         pin_release_tolerance(eval_module, release)
         function = eval_module.eval_kernel_against_ref
-        result = function(Path(problem).read_text(), Path(candidate).read_text(),
-                          **kernelbench_call_arguments(function, build_dir))
+        candidate_source = Path(candidate).read_text()
+        result = function(Path(problem).read_text(), candidate_source,
+                          **kernelbench_call_arguments(function, build_dir, candidate_source))
         if result is None:
             conn.send(None)
             return

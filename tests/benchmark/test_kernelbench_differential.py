@@ -173,3 +173,22 @@ def test_missing_llm_clients_are_stubbed_so_the_checkout_imports(monkeypatch):
     finally:
         for name in differential.LLM_CLIENT_MODULES:
             sys.modules.pop(name, None)
+
+
+def test_a_triton_candidate_is_declared_to_kernelbench_as_triton():
+    """Exec'd as backend "cuda", Triton's @jit fails in KernelBench ("@jit functions should be
+    defined in a Python file", seen on the H100 for every Triton candidate): the differential
+    declares it, where the checkout's eval takes a backend."""
+
+    def eval_with_backend(original_model_src, custom_model_src, seed_num=42, num_correct_trials=1,
+                          measure_performance=False, verbose=False, build_dir=None, backend="cuda"):
+        return None
+
+    def eval_without_backend(original_model_src, custom_model_src, seed_num=42, num_correct_trials=1,
+                             measure_performance=False, verbose=False, build_dir=None):
+        return None
+
+    triton_source = "import triton\nimport triton.language as tl\n"
+    assert differential.kernelbench_call_arguments(eval_with_backend, "/b", triton_source)["backend"] == "triton"
+    assert "backend" not in differential.kernelbench_call_arguments(eval_with_backend, "/b", "import torch\n")
+    assert "backend" not in differential.kernelbench_call_arguments(eval_without_backend, "/b", triton_source)
