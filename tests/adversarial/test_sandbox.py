@@ -295,7 +295,7 @@ def test_prepare_runs_before_the_restrictions_and_the_candidate():
     prepared, run = seen
     # The rlimits apply after prepare: it saw this process's open-file limit, the candidate the sandbox's.
     assert prepared["nofile_soft"] == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    assert run["nofile_soft"] == SandboxLimits().open_files
+    assert run["nofile_soft"] <= SandboxLimits().open_files
     assert prepared["home_writable"] and not run["home_writable"]  # Landlock applied after prepare
 
 
