@@ -27,8 +27,8 @@ run_section() {
     # its eval needs pydantic: carry the wheels in .whl, installed below when present).
     differential) python3 -m benchmark.experiments.kernelbench_differential --kernelbench "${KERNELBENCH:-.kernelbench}" \
                     --release "${RELEASE:-v0.1}" --jobs "${JOBS:-6}" --json "$OUT/differential_${RELEASE:-v0.1}.json" ;;
-    # The compatibility suite through `cudaagent bench` under each convention, leaderboards printed.
-    compat-bench) for convention in kernelbench cuda-agent; do
+    # The compatibility suite through `cudaagent bench` under each convention (CONVENTIONS=... for one), leaderboards printed.
+    compat-bench) for convention in ${CONVENTIONS:-kernelbench cuda-agent}; do
                     cudaagent bench --problems tests/compat/problems --candidates tests/compat/candidates --device cuda \
                       --policy permissive --convention "$convention" --baselines eager,compile --out "$OUT/compat-$convention"
                     cudaagent bench --problems tests/compat/conventions/problems --candidates tests/compat/conventions/candidates \
