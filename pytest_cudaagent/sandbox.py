@@ -239,8 +239,8 @@ def confine(settings: dict, run, prepare=None) -> None:
     killed, the init gets SIGKILL (PR_SET_PDEATHSIG) and the namespace goes with it.
 
     `prepare()` runs inside the namespaces, before the rlimits, Landlock and the capability drop:
-    the GPU driver is initialised there (opening its device files, creating /dev/nvidia-uvm on
-    first use), which it cannot do once they apply; the candidate's code runs only after."""
+    the GPU driver is initialised there, since under Landlock it does not start (error 304 on the
+    H100 machine, benchmark/experiments/sandbox_layers.py); the candidate's code runs only after."""
     started = time.perf_counter()
     report = {"enabled": bool(settings["enabled"]), "errors": []}
     if not settings["enabled"] or sys.platform != "linux":

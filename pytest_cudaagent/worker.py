@@ -210,8 +210,8 @@ def candidate_main(conn, spec: dict) -> None:
 
 def open_gpu(device: str) -> None:
     """Initialise CUDA and this device's context before the sandbox's restrictions apply: under
-    Landlock and without capabilities the driver can no longer open or create its device files
-    (on the H100 machine cudaGetDeviceCount then failed with error 304)."""
+    Landlock the driver does not start (on the H100 machine cudaGetDeviceCount failed with error
+    304; benchmark/experiments/sandbox_layers.py shows which layer)."""
     if not device.startswith("cuda"):
         return
     import torch
