@@ -216,12 +216,13 @@ def pin_release_tolerance(eval_module, release: str) -> None:
                          f"--release {release} needs a newer checkout, or use --release v0.1")
 
 
-def kernelbench_call_arguments(function, build_dir: str, candidate_source: str = "") -> dict:
-    """The keyword arguments this version of eval_kernel_against_ref accepts, among ours. A Triton
+def kernelbench_call_arguments(function, build_dir: str | None, candidate_source: str = "", **overrides) -> dict:
+    """The keyword arguments this version of eval_kernel_against_ref accepts, among ours (the
+    correctness-only defaults, `overrides` on top: speed_fidelity asks for timing). A Triton
     candidate is declared as one (backend="triton"): KernelBench then loads it from a file, which
     Triton's @jit needs; as backend "cuda" it is exec'd and fails to compile."""
     wanted = {"seed_num": SEED, "num_correct_trials": TRIALS, "measure_performance": False, "verbose": False,
-              "build_dir": build_dir}
+              "build_dir": build_dir, **overrides}
     if "import triton" in candidate_source:
         wanted["backend"] = "triton"
     accepted = inspect.signature(function).parameters

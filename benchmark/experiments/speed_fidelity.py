@@ -23,27 +23,30 @@ KERNELBENCH_PERF_TRIALS = 100
 KERNELBENCH_CORRECT_TRIALS = 5
 
 
-def kernelbench_eval(checkout: str, problem_src: str, candidate_src: str, backend: str, queue) -> None:
+def kernelbench_eval(checkout: str, problem_src: str, candidate_src: str, queue) -> None:
     """In a fresh process (KernelBench runs the candidate in its own process; flags it sets must
     not reach the next one): candidate time and the reference's, timed right after it."""
-    from benchmark.experiments.kernelbench_differential import import_kernelbench_eval
+    from benchmark.experiments.kernelbench_differential import (
+        import_kernelbench_eval,
+        kernelbench_call_arguments,
+    )
 
     eval_kernel_against_ref = import_kernelbench_eval(Path(checkout)).eval_kernel_against_ref
-    options = {"backend": backend} if backend != "cuda" else {}
-    result = eval_kernel_against_ref(problem_src, candidate_src, num_correct_trials=KERNELBENCH_CORRECT_TRIALS,
-                                     num_perf_trials=KERNELBENCH_PERF_TRIALS, measure_performance=True,
-                                     check_for_excessive_speedup=True, **options)
+    arguments = kernelbench_call_arguments(eval_kernel_against_ref, None, candidate_src,
+                                           num_correct_trials=KERNELBENCH_CORRECT_TRIALS,
+                                           num_perf_trials=KERNELBENCH_PERF_TRIALS, measure_performance=True,
+                                           check_for_excessive_speedup=True)
+    result = eval_kernel_against_ref(problem_src, candidate_src, **arguments)
     queue.put({"correct": bool(result and result.correctness),
                "runtime_ms": getattr(result, "runtime", -1.0), "ref_runtime_ms": getattr(result, "ref_runtime", -1.0),
                "metadata": {key: str(value)[:300] for key, value in (getattr(result, "metadata", {}) or {}).items()}})
 
 
 def time_with_kernelbench(checkout: Path, problem: Path, candidate: Path, timeout_s: float) -> dict:
-    source = candidate.read_text()
-    backend = "triton" if "import triton" in source else "cuda"
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    process = context.Process(target=kernelbench_eval, args=(str(checkout), problem.read_text(), source, backend, queue))
+    process = context.Process(target=kernelbench_eval, args=(str(checkout), problem.read_text(), candidate.read_text(),
+                                                             queue))
     process.start()
     process.join(timeout_s)
     if process.is_alive():

@@ -192,3 +192,7 @@ def test_a_triton_candidate_is_declared_to_kernelbench_as_triton():
     assert differential.kernelbench_call_arguments(eval_with_backend, "/b", triton_source)["backend"] == "triton"
     assert "backend" not in differential.kernelbench_call_arguments(eval_with_backend, "/b", "import torch\n")
     assert "backend" not in differential.kernelbench_call_arguments(eval_without_backend, "/b", triton_source)
+    # speed_fidelity's timed call: its overrides win, and only what the checkout's eval takes is passed.
+    timed = differential.kernelbench_call_arguments(eval_with_backend, None, triton_source, measure_performance=True,
+                                                    num_perf_trials=100)
+    assert timed["measure_performance"] is True and "num_perf_trials" not in timed and timed["backend"] == "triton"
