@@ -8,6 +8,7 @@ happen here, where the candidate's code never runs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import statistics
 import time
@@ -61,7 +62,6 @@ class Evaluation:
         self.protected_hashes = candidate.protected_hashes(problem)
         self.sandbox: Sandbox | None = None
         self._workers: dict[str, Worker] = {}  # by side, kept for their request times (Result.profile)
-        self._compare_seconds = 0.0
 
     # -- orchestration --------------------------------------------------------------------------
 
@@ -101,9 +101,8 @@ class Evaluation:
             pass
         finally:
             for side, worker in self._workers.items():
-                result.profile.update({f"{side}.{label}": round(seconds, 4) for label, seconds in worker.seconds.items()})
-            if self._compare_seconds:
-                result.profile["compare"] = round(self._compare_seconds, 4)
+                result.profile.update({f"{side}.{label}": seconds for label, seconds in worker.seconds.items()})
+            result.profile = {label: round(seconds, 4) for label, seconds in result.profile.items()}
             if candidate_worker is not None:
                 result.log = candidate_worker.log_tail()
                 candidate_worker.close()
@@ -145,6 +144,16 @@ class Evaluation:
         finally:
             if record:
                 self.result.phase_seconds[name] = round(time.perf_counter() - started, 4)
+
+    @contextlib.contextmanager
+    def _profiled(self, label: str):
+        """Adds the block's seconds to Result.profile[label] (work done here in the parent)."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            profile = self.result.profile
+            profile[label] = profile.get(label, 0.0) + time.perf_counter() - started
 
     def _fail(self, status: str, error: str):
         self.result.status = status
@@ -208,9 +217,8 @@ class Evaluation:
                 if isinstance(before, torch.Tensor) and not same_values(before, after):
                     self._add_violations([Violation("input_mutation", f"forward changed input {position}")])
             outputs = reply["outputs"]
-            compare_started = time.perf_counter()
-            trial = compare_outputs(index, trial_set["outputs"], outputs, tolerances)
-            self._compare_seconds += time.perf_counter() - compare_started
+            with self._profiled("compare"):
+                trial = compare_outputs(index, trial_set["outputs"], outputs, tolerances)
             if None in outputs:
                 trial.correct, trial.error = False, "an output could not be read (see violations)"
             elif not trial.correct and not self._reference_repeats_itself(reference_worker, index):
@@ -266,16 +274,11 @@ class Evaluation:
 
     def _check_timed_outputs(self, label: str, fresh_sets: list[dict], outputs: list[list]) -> None:
         """Every checked call is judged on the values it produced (copied right after it)."""
-        compare_started = time.perf_counter()
-        try:
-            self._judge_checked_calls(label, fresh_sets, outputs)
-        finally:
-            self._compare_seconds += time.perf_counter() - compare_started
-
-    def _judge_checked_calls(self, label: str, fresh_sets: list[dict], outputs: list[list]) -> None:
         for index, (fresh, output) in enumerate(zip(fresh_sets, outputs, strict=True)):
-            verdict = judge_checked_call(f"{label} call {index} of {len(fresh_sets)}", fresh["outputs"],
-                                         as_output_list(output), self.config.tolerances(), self.config.timing_config)
+            with self._profiled("compare"):
+                verdict = judge_checked_call(f"{label} call {index} of {len(fresh_sets)}", fresh["outputs"],
+                                             as_output_list(output), self.config.tolerances(),
+                                             self.config.timing_config)
             if verdict is not None and verdict.rule == "numerical_difference":
                 self._add_warnings([verdict])
             elif verdict is not None:
