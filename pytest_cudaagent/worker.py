@@ -221,12 +221,13 @@ def open_gpu(device: str) -> None:
 
 
 def serve_candidate(conn, spec: dict) -> None:
-    # Imported before the candidate, so the clocks and guard references predate its code.
-    import numpy  # noqa: F401  (loaded now, not lazily inside a guarded forward)
+    # Imported before the candidate, so the clocks and guard references predate its code. numpy:
+    # loaded now, not lazily inside a guarded forward. torch._dynamo: the first operator under a
+    # TorchDispatchMode (the guard's audit) imports it (torch._compile's disable wrapper), 3.5 s
+    # on the 2-core box inside the first correctness trial; here it runs while the reference
+    # computes its outputs.
+    import numpy  # noqa: F401
     import torch
-    # The first operator under a TorchDispatchMode (the guard's audit) imports torch._dynamo
-    # (torch._compile's disable wrapper): 3.5 s on the 2-core box, paid inside the first
-    # correctness trial. Imported here, it runs while the reference computes its outputs.
     import torch._dynamo  # noqa: F401
 
     from .backend_settings import allows_tf32, capture
