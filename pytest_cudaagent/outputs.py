@@ -13,7 +13,10 @@ def _storage_pointer(tensor: torch.Tensor) -> int:
     return tensor.untyped_storage().data_ptr()
 
 
-def inspect_outputs(outputs: object, inputs: list, device: str) -> dict:
+def inspect_outputs(outputs: object, inputs: list, device: str, copy_to: str = "cpu") -> dict:
+    """Checks on the outputs as returned, and a copy of each tensor on `copy_to` (the host, or
+    the device itself where a timed loop must not stall on a copy to the host: copies_to_host
+    brings them over afterwards)."""
     values = as_output_list(outputs)
     violations, copies = [], []
     input_storages = {_storage_pointer(t) for t in inputs if isinstance(t, torch.Tensor)}
@@ -28,10 +31,14 @@ def inspect_outputs(outputs: object, inputs: list, device: str) -> dict:
                 violations.append(Violation("output_type", f"output {position} is on {value.device}, expected {device}"))
             if value.numel() and _storage_pointer(value) in input_storages:
                 violations.append(Violation("output_alias", f"output {position} shares memory with an input"))
-            copies.append(value.detach().to("cpu", copy=True))
+            copies.append(value.detach().to(copy_to, copy=True))
         else:
             copies.append(value)
     return {"outputs": copies, "output_types": [describe(v) for v in values], "violations": violations}
+
+
+def copies_to_host(copies: list) -> list:
+    return [value.to("cpu") if type(value) is torch.Tensor else value for value in copies]
 
 
 def storage_changes(held_outputs: object, copies: list) -> list[Violation]:

@@ -53,7 +53,8 @@ run_section() {
     reward) python3 -m benchmark.experiments.reward_latency --out "$OUT/reward" --count "${COUNT:-64}" --processes 1 ;;
     build-speed) python3 -m benchmark.experiments.build_speed ;;
     # Time above the kernel per timed call, candidate and eager, sandbox on/off, launch hidden/counted.
-    timed-overhead) python3 -m benchmark.experiments.timed_call_overhead --json "$OUT/timed_call_overhead.json" ;;
+    timed-overhead) python3 -m benchmark.experiments.timed_call_overhead --gaps --json "$OUT/timed_call_gaps.json"
+                    python3 -m benchmark.experiments.timed_call_overhead --json "$OUT/timed_call_overhead.json" ;;
     sandbox-layers) python3 -m benchmark.experiments.sandbox_layers --json "$OUT/sandbox_layers.json" ;;
     phase-profile) python3 -m benchmark.experiments.phase_profile --device cuda --repeats 2 --json "$OUT/phase_profile.json" ;;
     # Every bundled CUDA candidate through `cudaagent verify`, in parallel: builds overlap,

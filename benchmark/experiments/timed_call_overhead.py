@@ -7,7 +7,11 @@ and the launch hidden under the flush or counted (`--count-launch`).
 On the H100 (2026-11-23) the bundled CUDA leaky ReLU (a 48 us kernel) timed at 138 us where the
 test `test_a_kernel_on_the_timing_stream_is_timed_with_its_launch_hidden_under_the_flush` allows
 kernel + 30 us, while the eager baseline of a 16 MiB ReLU timed within 2.5 us of its kernel: this
-script separates the sandbox, the launch rule and the candidate's path, one variant per row."""
+script separates the sandbox, the launch rule and the candidate's path, one variant per row.
+
+`--gaps` times the eager leaky ReLU in this process through the same Timer with what may lie
+between timed calls (nothing, the inputs and outputs going over the bus, an idle sleep; with and
+without `Timer.raise_clocks` first), with the SM clock NVML reports before each call."""
 
 from __future__ import annotations
 
@@ -46,6 +50,56 @@ def run_variant(problem: Path, candidate: Path, sandbox: bool, overlap: bool, de
     return row
 
 
+def gap_rows(calls: int = 10) -> dict:
+    """Median timed call above the profiled kernel for each way of spending the time between calls."""
+    import statistics
+    import time
+
+    import pynvml
+    import torch
+
+    from pytest_cudaagent.config import TimingConfig
+    from pytest_cudaagent.timer import Clock, Timer, load_content
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    timer = Timer(Clock("cuda"), TimingConfig())
+
+    def leaky(x):
+        return torch.nn.functional.leaky_relu(x, 0.01)
+
+    host_sets = [[torch.randn(4096, 4096)] for _ in range(calls)]
+    device_sets = [[value.cuda() for value in content] for content in host_sets]
+    buffer = [device_sets[0][0].clone()]
+    per_call_ms = timer.warm_up(lambda b: lambda: leaky(*b), [buffer])
+    device_ms = timer.profile(leaky, [buffer], lambda call: call(), per_call_ms).device_ms
+
+    def between(kind: str, index: int, output) -> None:
+        if kind == "over the bus":
+            output.to("cpu")
+            load_content(buffer, [host_sets[index][0].to("cuda")])
+        elif kind.startswith("idle"):
+            time.sleep(0.02)
+            load_content(buffer, device_sets[index])
+        else:
+            load_content(buffer, device_sets[index])
+
+    rows = {}
+    for kind in ("back to back", "over the bus", "idle 20 ms", "over the bus, clocks raised", "idle 20 ms, clocks raised"):
+        samples, clocks = [], []
+        output = leaky(*buffer)
+        for index in range(calls):
+            between(kind.split(",")[0], index, output)
+            if kind.endswith("clocks raised"):
+                timer.raise_clocks()
+            clocks.append(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+            elapsed_ms, output = timer.timed_call(lambda: leaky(*buffer), True)
+            samples.append(elapsed_ms)
+        rows[kind] = {"median_us": 1000 * statistics.median(samples), "device_us": 1000 * device_ms,
+                      "sm_clock_mhz": statistics.median(clocks)}
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problem", type=Path, default=REPO / "examples/problems/leaky_relu.py")
@@ -54,8 +108,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", default="strict", choices=("strict", "permissive"),
                         help="permissive for a candidate made of PyTorch operators")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--gaps", action="store_true", help="the in-process gap rows only")
     args = parser.parse_args(argv)
     console = Console(width=150)
+    if args.gaps:
+        gaps = gap_rows()
+        table = Table(title="eager leaky ReLU (64 MiB) through Timer.timed_call, by what lies between calls")
+        for column in ("between calls", "median us", "device us", "median - device us", "SM clock MHz"):
+            table.add_column(column)
+        for kind, row in gaps.items():
+            table.add_row(kind, f"{row['median_us']:.1f}", f"{row['device_us']:.1f}",
+                          f"{row['median_us'] - row['device_us']:.1f}", f"{row['sm_clock_mhz']:.0f}")
+        console.print(table)
+        if args.json:
+            args.json.write_text(json.dumps(gaps, indent=1))
+        return 0
     rows = {}
     for name, (sandbox, overlap) in VARIANTS.items():
         rows[name] = run_variant(args.problem, args.candidate, sandbox, overlap, args.device, args.policy)
