@@ -6,9 +6,7 @@ import torch
 
 from pytest_cudaagent.timer import staged_on_device
 
-pytestmark = pytest.mark.gpu
-
-
+@pytest.mark.gpu
 def test_timed_sets_are_staged_on_the_device_with_their_values_when_they_fit():
     host_sets = [[torch.randn(256, 256), 0.5] for _ in range(3)]
     staged = staged_on_device(host_sets, output_bytes=256 * 256 * 4, device="cuda")
@@ -18,6 +16,7 @@ def test_timed_sets_are_staged_on_the_device_with_their_values_when_they_fit():
         assert on_device[1] == 0.5
 
 
+@pytest.mark.gpu
 def test_timed_sets_that_would_take_half_the_free_memory_go_over_per_call():
     free_bytes, _ = torch.cuda.mem_get_info()
     assert staged_on_device([[torch.randn(16)]], output_bytes=free_bytes, device="cuda") is None
