@@ -6,6 +6,7 @@ import torch
 
 from pytest_cudaagent.timer import staged_on_device
 
+
 @pytest.mark.gpu
 def test_timed_sets_are_staged_on_the_device_with_their_values_when_they_fit():
     host_sets = [[torch.randn(256, 256), 0.5] for _ in range(3)]
