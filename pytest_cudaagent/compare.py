@@ -68,9 +68,26 @@ def compare_outputs(
     return TrialResult(index, mismatches == 0, worst_abs, worst_rel, mismatches, numel, error)
 
 
+# Elements compared at a time: the temporaries of a chunk stay in cache and their memory is reused,
+# where whole-tensor temporaries were fresh pages every time. A 16M-element fp32 output took
+# 0.27 s whole and 0.05 s in chunks (2-core dev box), and the parent compares every trial's and
+# every timed call's outputs.
+COMPARE_CHUNK = 1 << 18
+
+
 def _element_errors(want: torch.Tensor, got: torch.Tensor, tolerance: Tolerance):
     """(max abs error, max relative error, elements out of tolerance). Relative errors divide by
     max(|reference|, atol) so near-zero reference values do not dominate the report."""
+    want, got = want.reshape(-1), got.reshape(-1)
+    worst_abs, worst_rel, bad = 0.0, 0.0, 0
+    for start in range(0, want.numel(), COMPARE_CHUNK):
+        chunk_abs, chunk_rel, chunk_bad = _chunk_errors(want[start:start + COMPARE_CHUNK],
+                                                        got[start:start + COMPARE_CHUNK], tolerance)
+        worst_abs, worst_rel, bad = max(worst_abs, chunk_abs), max(worst_rel, chunk_rel), bad + chunk_bad
+    return worst_abs, worst_rel, bad
+
+
+def _chunk_errors(want: torch.Tensor, got: torch.Tensor, tolerance: Tolerance):
     if not want.numel():
         return 0.0, 0.0, 0
     if not (want.is_floating_point() or want.is_complex()):

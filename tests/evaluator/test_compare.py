@@ -77,3 +77,23 @@ def test_integer_outputs_compare_exactly():
 def test_half_outputs_use_their_own_tolerance():
     x = torch.randn(100).half()
     assert compare_outputs(0, [x], [(x.float() + 4e-3).half()]).correct
+
+
+def test_chunked_comparison_counts_and_reports_across_chunk_boundaries(monkeypatch):
+    """Errors in different chunks add up, the worst error is the worst of all chunks, and a
+    non-contiguous output is paired element by element with the reference."""
+    from pytest_cudaagent import compare
+
+    monkeypatch.setattr(compare, "COMPARE_CHUNK", 7)
+    want = torch.linspace(-3, 3, 60).reshape(6, 10)
+    got = want.t().contiguous().t().clone()  # same values, column-major strides
+    got[0, 1] += 1.0
+    got[5, 9] -= 2.0
+    got[3, 3] = float("nan")
+    result = compare_outputs(0, [want], [got])
+    assert result.mismatches == 3 and result.numel == 60
+    assert result.max_abs_error == float("inf")  # a NaN against a number
+    finite = got.clone()
+    finite[3, 3] = want[3, 3]
+    result = compare_outputs(0, [want], [finite])
+    assert result.mismatches == 2 and abs(result.max_abs_error - 2.0) < 1e-6
