@@ -57,14 +57,19 @@ class Worker:
 
     def request(self, message: tuple, timeout_s: float) -> dict:
         started = time.perf_counter()
-        try:
-            self.conn.send(message)
-        except (BrokenPipeError, OSError) as error:
-            raise WorkerDied(self._death_reason()) from error
+        self.send(message)
         try:
             return self.receive(timeout_s)
         finally:
             self._count(message[0], started)
+
+    def send(self, message: tuple) -> None:
+        """A request whose reply is received later (`receive`, with the request's name as label):
+        the worker computes while the parent waits on another one. Replies come in request order."""
+        try:
+            self.conn.send(message)
+        except (BrokenPipeError, OSError) as error:
+            raise WorkerDied(self._death_reason()) from error
 
     def receive(self, timeout_s: float, label: str | None = None) -> dict:
         started = time.perf_counter()

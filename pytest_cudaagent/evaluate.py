@@ -62,6 +62,9 @@ class Evaluation:
         self.protected_hashes = candidate.protected_hashes(problem)
         self.sandbox: Sandbox | None = None
         self._workers: dict[str, Worker] = {}  # by side, kept for their request times (Result.profile)
+        # Fresh sets asked of the reference ahead of the timing (_ask_fresh_sets_ahead).
+        self._fresh_pending = False
+        self._fresh_ahead: list[dict] = []
 
     # -- orchestration --------------------------------------------------------------------------
 
@@ -71,15 +74,18 @@ class Evaluation:
         candidate_worker = reference_worker = None
         try:
             reference_worker = self._spawn_reference()
+            # The reference computes while the PCH is made and the candidate starts and builds.
+            reference_worker.send(("prepare", self._set_count()))
             if self.config.fast_build:
                 prepare_pch(self.candidate, self.config.cache_dir, self.device)
-            candidate_worker = self._spawn_candidate()  # builds while the reference computes
+            candidate_worker = self._spawn_candidate()
             self._phase("sandbox", lambda: self._note_sandbox(candidate_worker.receive(self.config.build_timeout_s,
                                                                                         label="start")))
-            reference = self._phase("reference", lambda: reference_worker.request(
-                ("prepare", self._set_count()), self.config.run_timeout_s), worker=reference_worker,
-                problem_side=True)
+            reference = self._phase("reference", lambda: reference_worker.receive(
+                self.config.run_timeout_s, label="prepare"), worker=reference_worker, problem_side=True)
             result.backend_settings = {"configured": reference["backend_settings"]}
+            if self.config.timing:
+                self._ask_fresh_sets_ahead(reference_worker, reference)
             self._phase("build", lambda: candidate_worker.receive(self.config.build_timeout_s, label="build"))
             constructed = self._phase("construct", lambda: candidate_worker.request(
                 ("construct", reference["init_inputs"], reference["state_dict"], reference["seed"]),
@@ -229,6 +235,7 @@ class Evaluation:
     def _reference_repeats_itself(self, reference_worker: Worker, index: int) -> bool:
         """Asked only when the candidate disagrees: does the reference agree with itself under
         the same seed? If not, the trial cannot judge anyone."""
+        self._collect_fresh_sets(reference_worker)  # replies come in request order
         reply = self._phase("reference", lambda: reference_worker.request(
             ("repeats_itself", index), self.config.run_timeout_s), worker=reference_worker, problem_side=True,
             record=False)
@@ -244,18 +251,53 @@ class Evaluation:
 
     # -- timing ---------------------------------------------------------------------------------
 
+    # -- fresh sets, drawn ahead ----------------------------------------------------------------
+
+    def _ask_fresh_sets_ahead(self, reference_worker: Worker, reference: dict) -> None:
+        """The timed calls' fresh sets, drawn while the candidate builds and runs its trials. How
+        many the timing will want depends on the candidate's call time, known only after its
+        warm-up: this guesses from the reference's own (a candidate up to twice as fast needs no
+        second draw); a faster one gets the rest drawn then, a slower one leaves some unused."""
+        sets = reference["sets"]
+        if not sets or reference.get("forward_ms") is None:
+            return
+        set_bytes = sum(_nbytes(sets[0]["inputs"]) + _nbytes(sets[0]["outputs"]))
+        guess = fresh_call_count(reference["forward_ms"] / 2, set_bytes, self.config.timing_config)
+        reference_worker.send(("fresh_sets", guess + self._audited_count()))
+        self._fresh_pending = True
+
+    def _collect_fresh_sets(self, reference_worker: Worker) -> None:
+        """Before anything else is asked of the reference, and before the candidate's warm-up
+        (the reference must not share the device with the profiled and timed calls)."""
+        if self._fresh_pending:
+            self._fresh_pending = False
+            self._fresh_ahead = self._phase("reference", lambda: reference_worker.receive(
+                self.config.run_timeout_s, label="fresh_sets"), worker=reference_worker, problem_side=True,
+                record=False)["sets"]
+
+    def _fresh_sets(self, reference_worker: Worker, count: int) -> list[dict]:
+        self._collect_fresh_sets(reference_worker)
+        fresh, self._fresh_ahead = self._fresh_ahead, []  # each set is handed out once
+        if len(fresh) < count:
+            fresh = fresh + self._phase("reference", lambda: reference_worker.request(
+                ("fresh_sets", count - len(fresh)), self.config.run_timeout_s),
+                worker=reference_worker, problem_side=True, record=False)["sets"]
+        return fresh[:count]
+
+    def _audited_count(self) -> int:
+        return max(1, self.config.timing_config.rotating_inputs)
+
     def _time_candidate(self, worker: Worker, reference_worker: Worker, warm_sets: list[dict]) -> None:
         timing = self.config.timing_config
+        self._collect_fresh_sets(reference_worker)
         warm = worker.request(("warm", [s["inputs"] for s in warm_sets]), self.config.run_timeout_s)
         self._add_violations(warm["findings"])
         self._note_precision(warm["precision"])
         self.result.kernels = warm["kernel_names"]
         set_bytes = sum(_nbytes(warm_sets[0]["inputs"]) + _nbytes(warm_sets[0]["outputs"]))
         timed_count = fresh_call_count(warm["per_call_ms"], set_bytes, timing)
-        audited_count = max(1, timing.rotating_inputs)
-        fresh = self._phase("reference", lambda: reference_worker.request(
-            ("fresh_sets", timed_count + audited_count), self.config.run_timeout_s),
-            worker=reference_worker, problem_side=True, record=False)["sets"]
+        audited_count = self._audited_count()
+        fresh = self._fresh_sets(reference_worker, timed_count + audited_count)
         timed_sets, audited_sets = fresh[:timed_count], fresh[timed_count:]
         reply = worker.request(("time", [_for_candidate(s) for s in timed_sets],
                                 [_for_candidate(s) for s in audited_sets]), self.config.run_timeout_s)

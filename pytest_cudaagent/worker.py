@@ -8,6 +8,7 @@ times. Neither decides a verdict; the parent compares.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -140,8 +141,10 @@ def reference_main(conn, spec: dict) -> None:
             seed = _fresh_seed()
             _seed_all(seed)
             inputs = list(problem.get_inputs())
-            outputs = run_reference(inputs, seed)
-            sets.append({"seed": seed, "inputs": _to_cpu(inputs), "outputs": _to_cpu(outputs)})
+            started = time.perf_counter()
+            outputs = _to_cpu(run_reference(inputs, seed))  # the copy waits for the device
+            state["forward_ms"] = min(state.get("forward_ms", math.inf), 1000 * (time.perf_counter() - started))
+            sets.append({"seed": seed, "inputs": _to_cpu(inputs), "outputs": outputs})
         return sets
 
     def prepare(set_count: int) -> dict:
@@ -158,7 +161,8 @@ def reference_main(conn, spec: dict) -> None:
         state["model"] = model.eval() if convention.eval_mode else model
         state["sets"] = draw_sets(set_count)
         return {"init_inputs": _to_cpu(init_inputs), "state_dict": state_dict, "seed": construction_seed,
-                "sets": state["sets"], "backend_settings": configured.to_dict()}
+                "sets": state["sets"], "backend_settings": configured.to_dict(),
+                "forward_ms": state["forward_ms"] if set_count else None}
 
     def fresh_sets(count: int) -> dict:
         """Input sets no call has seen, with the reference's outputs: one per timed call."""

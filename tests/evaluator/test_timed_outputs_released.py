@@ -18,5 +18,7 @@ def test_no_timed_call_finds_the_previous_output_still_held():
                       cpu_config(policy="permissive", timing=True))
     assert result.passed, result.summary()
     stats = result.timing["candidate"]
-    # A call that found the previous output alive sleeps 5 ms; the median call must not have.
-    assert stats.median_ms < 2.5, stats
+    # A call that found the previous output alive sleeps 50 ms; the median call must not have.
+    # (Far from the bound either way: the 2-core box under a parallel suite times this 0.1 ms
+    # call at up to 8 ms median when the scheduler preempts it.)
+    assert stats.median_ms < 25, stats
