@@ -12,6 +12,7 @@ import psutil
 import torch.multiprocessing as torch_mp
 
 from .lifetime import lead_session_and_reap_it
+from .sandbox import PROCESS_WATCH_EXIT
 
 
 class WorkerTimeout(Exception):
@@ -128,6 +129,8 @@ class Worker:
             except ValueError:
                 name = f"signal {-code}"
             return f"worker killed by {name}"
+        if code == PROCESS_WATCH_EXIT:
+            return "killed: the candidate started more processes than its limit (SandboxLimits.processes)"
         return f"worker exited with code {code} before giving a verdict"
 
     def log_tail(self, max_chars: int = 4000) -> str:

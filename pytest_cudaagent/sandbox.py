@@ -31,8 +31,14 @@ from .config import SANDBOX_READ_PATHS, SandboxLimits
 from .locks import lock_dir
 
 # Pieces `--require-sandbox` insists on. "process_limit" is a cgroup's pids.max or, for a user
-# other than root, RLIMIT_NPROC (the kernel never applies RLIMIT_NPROC to root).
+# other than root, RLIMIT_NPROC (the kernel never applies RLIMIT_NPROC to root); for root without
+# a writable cgroup (the H100 machine), the process watch of the sandbox's outer process.
 REQUIRED = ("pid_ns", "net_ns", "mount_ns", "private_proc", "landlock", "rlimits", "process_limit")
+
+
+# The outer process's exit code when its process watch killed the candidate's namespace.
+PROCESS_WATCH_EXIT = 86
+PROCESS_WATCH_PERIOD_S = 0.02
 
 
 class SandboxUnavailable(Exception):
@@ -251,12 +257,15 @@ def confine(settings: dict, run, prepare=None) -> None:
     libc = _libc()
     _join_cgroup(settings, report)
     _enter_namespaces(libc, report)
+    # Root without a cgroup has no process limit the kernel enforces: this process, which stays
+    # outside and only waits, counts the namespace's processes instead.
+    report["process_watch"] = os.geteuid() == 0 and not report.get("cgroup") and report["pid_ns"]
     alive_read, alive_write = os.pipe()  # reads end-of-file once this process is gone
     child = os.fork()
     if child:
         os.closerange(3, alive_write)  # the pipe to the evaluator stays the init's alone
         os.closerange(alive_write + 1, 65536)
-        _exit_as(child)
+        _exit_as(child, settings["limits"]["processes"] if report["process_watch"] else None)
     try:
         os.close(alive_write)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -274,7 +283,8 @@ def confine(settings: dict, run, prepare=None) -> None:
         _set_rlimits(settings["limits"], report)
         report["landlock"] = _apply_landlock(libc, settings, report)
         report["capabilities_dropped"] = _drop_capabilities(libc, report)
-        report["process_limit"] = bool(report.get("cgroup")) or (os.getuid() != 0 and "nproc" in report["rlimits"])
+        report["process_limit"] = (bool(report.get("cgroup")) or (os.getuid() != 0 and "nproc" in report["rlimits"])
+                                   or report["process_watch"])
         report["setup_ms"] = round(1000 * (time.perf_counter() - started), 2)  # what entering it cost
         run(report)
     except BaseException:
@@ -288,17 +298,43 @@ def confine(settings: dict, run, prepare=None) -> None:
     os._exit(0)
 
 
-def _exit_as(child: int) -> None:
+def _exit_as(child: int, process_limit: int | None = None) -> None:
+    """Wait for the namespace's init and exit as it did; with `process_limit`, kill it (and with
+    it every process of the namespace) once the namespace holds more processes than that."""
     while True:
         try:
-            _, status = os.waitpid(child, 0)
-            break
+            pid, status = os.waitpid(child, 0 if process_limit is None else os.WNOHANG)
         except InterruptedError:
             continue
+        if pid:
+            break
+        count = _namespace_process_count(child)
+        if count > process_limit:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            sys.stderr.write(f"sandbox: {count} processes in the candidate's namespace, over its limit of "
+                             f"{process_limit} (SandboxLimits.processes): the process watch killed them all\n")
+            sys.stderr.flush()
+            os._exit(PROCESS_WATCH_EXIT)
+        time.sleep(PROCESS_WATCH_PERIOD_S)
     if os.WIFSIGNALED(status):
         signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
         os.kill(os.getpid(), os.WTERMSIG(status))
     os._exit(os.waitstatus_to_exitcode(status))
+
+
+def _namespace_process_count(init: int) -> int:
+    """Processes in the candidate's PID namespace. This process shares the namespace's mounts:
+    once the init has mounted its private /proc, /proc lists exactly the namespace's processes
+    (and /proc/self, this process being outside, does not resolve); before, the init's tree."""
+    if not os.path.exists("/proc/self"):
+        return sum(1 for entry in os.listdir("/proc") if entry.isdigit())
+    import psutil
+
+    try:
+        return 1 + len(psutil.Process(init).children(recursive=True))
+    except psutil.Error:
+        return 0
 
 
 def _join_cgroup(settings: dict, report: dict) -> None:

@@ -132,6 +132,32 @@ def test_fork_bomb_stops_at_the_process_limit(monkeypatch):
     assert result.status == "build_error" and "Resource temporarily unavailable" in result.error
 
 
+def without_cgroup(monkeypatch):
+    """As on the H100 machine: root, and no cgroup the evaluator may write."""
+    from pytest_cudaagent import sandbox as sandbox_module
+
+    monkeypatch.setattr(sandbox_module, "_make_cgroup", lambda *args: ([], "", "none delegated (test)"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the process watch stands in for a cgroup only for root")
+def test_as_root_without_a_cgroup_the_process_watch_stops_a_fork_bomb(monkeypatch):
+    without_cgroup(monkeypatch)
+    result = attack("fork_bomb", 200, monkeypatch, sandbox_limits=SandboxLimits(processes=64))
+    assert result.status == "crashed", result.summary()
+    assert "more processes than its limit" in result.error
+    assert "over its limit of 64" in result.log
+    applied = result.env["sandbox"]
+    assert applied["process_watch"] and applied["process_limit"] and not applied["cgroup"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the process watch stands in for a cgroup only for root")
+def test_as_root_without_a_cgroup_an_honest_candidate_passes_under_the_process_watch(monkeypatch):
+    without_cgroup(monkeypatch)
+    result = evaluate(PROBLEM, ATTACKS / "honest_torch.py", cpu_config(policy="permissive", trials=2))
+    assert result.passed, result.summary() + result.log
+    assert result.env["sandbox"]["process_watch"] and result.env["sandbox"]["process_limit"]
+
+
 def test_disk_filler_stops_at_the_file_size_limit(monkeypatch):
     result = attack("disk_filler", 16, monkeypatch, sandbox_limits=SandboxLimits(file_size_mb=4))
     assert result.status == "build_error" and "File too large" in result.error
