@@ -36,8 +36,9 @@ SPEEDUP_CHANGE = 0.10
 _SAMPLE = re.compile(r"_sample_(\d+)")
 # Results whose time a person must confirm before it counts (Result warnings and violations by
 # rule): implausible_speedup (beyond EvalConfig.plausible_speedup), timing_inconsistent (timed
-# faster than its own kernels span) and unstable_baseline (the baseline's time did not hold still).
-REVIEW_RULES = ("implausible_speedup", "timing_inconsistent", "unstable_baseline")
+# faster than its own kernels span), unstable_baseline (the baseline's time did not hold still)
+# and timed_beside_other_work (a timing went ahead beside other untimed work of the run).
+REVIEW_RULES = ("implausible_speedup", "timing_inconsistent", "unstable_baseline", "timed_beside_other_work")
 ENV_KEYS = ("device", "gpu_name", "driver", "torch", "cuda", "python", "cpu", "cpu_count", "host")
 
 

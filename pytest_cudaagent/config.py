@@ -99,6 +99,10 @@ class TimingConfig:
     # the device-wide synchronisation came back later than this after it (the host's wake-up
     # takes ~11 us on an H100): then the synchronised end is the call's end.
     sync_latency_ms: float = 0.05
+    # A timing holds the device against other workers' untimed work (trials, reference outputs)
+    # of this run; it waits this long for such work to end, then times beside it and warns
+    # (`timed_beside_other_work`): a stuck trial must not hold every timing for its timeout.
+    quiet_wait_s: float = 30.0
     # Also report the profiler's kernel-duration sum (device time); it costs one extra pass.
     device_time: bool = True
     device_time_calls: int = 10

@@ -291,6 +291,7 @@ class Evaluation:
         timing = self.config.timing_config
         self._collect_fresh_sets(reference_worker)
         warm = worker.request(("warm", [s["inputs"] for s in warm_sets]), self.config.run_timeout_s)
+        self._note_quiet("the candidate's warm-up and device time", warm)
         self._add_violations(warm["findings"])
         self._note_precision(warm["precision"])
         self.result.kernels = warm["kernel_names"]
@@ -301,6 +302,7 @@ class Evaluation:
         timed_sets, audited_sets = fresh[:timed_count], fresh[timed_count:]
         reply = worker.request(("time", [_for_candidate(s) for s in timed_sets],
                                 [_for_candidate(s) for s in audited_sets]), self.config.run_timeout_s)
+        self._note_quiet("the candidate", reply)
         self._add_violations(reply["findings"])
         self._note_precision(reply["precision"])
         self._note_backend_settings(reply["backend_settings"])
@@ -380,8 +382,11 @@ class Evaluation:
                 unreached = diff(BackendSettings(settings), BackendSettings(reply["backend_settings"]))
                 self._add_warnings([Violation("backend_settings_changed", f"the {mode} baseline could not be timed "
                                               f"under the candidate's settings: {'; '.join(unreached)}")])
+            if not self._note_quiet(f"the {mode} baseline", reply):
+                beside_other_work.add(mode)
             return TimingStats.from_samples(reply["samples_ms"], reply["device_ms"], reply.get("launch_overlapped"))
 
+        beside_other_work: set[str] = set()  # not cached: the next evaluation measures it again
         for mode in self.config.baselines:
             key = cache.key(self.problem, self.device, mode, timing, self.config.convention, settings)
             with cache.lock(key):
@@ -391,7 +396,8 @@ class Evaluation:
                 if stats is None:
                     stats = (steadiest(lambda mode=mode: measure(mode), spread_rules) if spread_bound is not None
                              else measure(mode))
-                    cache.put(key, stats, self.problem, self.device, mode, settings)
+                    if mode not in beside_other_work:
+                        cache.put(key, stats, self.problem, self.device, mode, settings)
             self.result.timing[mode] = stats
             warning = unstable_warning(mode, stats, spread_rules) if spread_bound is not None else None
             if warning:
@@ -403,6 +409,16 @@ class Evaluation:
         for violation in violations:
             if violation not in self.result.violations:
                 self.result.violations.append(violation)
+
+    def _note_quiet(self, who: str, reply: dict) -> bool:
+        """A timing waits for other workers' untimed work on the device (locks.QUIET_WAIT_S); when
+        that did not end in time the timing went ahead beside it, and the Result says so."""
+        if reply.get("quiet", True):
+            return True
+        self._add_warnings([Violation(
+            "timed_beside_other_work", f"{who} was timed while other untimed work of this run still held the "
+            f"device after {self.config.timing_config.quiet_wait_s:.0f} s (a stuck trial?): its time may be too long")])
+        return False
 
     def _add_warnings(self, warnings: list[Violation]) -> None:
         for warning in warnings:

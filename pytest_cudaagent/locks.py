@@ -1,4 +1,6 @@
-"""One timing at a time per device: a file lock shared by every process on the machine."""
+"""One timing at a time per device: a file lock shared by every process on the machine; and,
+while a timing runs, no other untimed work of ours on that device (a shared "work" lock that the
+timing takes exclusively, with a turnstile so waiting timings are not starved)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import os
 import tempfile
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -32,18 +35,71 @@ def lock_path(device: str) -> Path:
     return lock_dir() / f"cudaagent-timing-{device_key(device)}.lock"
 
 
+@dataclass
+class DeviceHold:
+    path: Path
+    quiet: bool  # no other untimed work of ours ran on the device during the hold
+
+
 @contextmanager
-def device_lock(device: str):
-    """Held for the whole of a timing. With CUDAAGENT_LOCK_LOG set, each hold is logged as
-    `pid acquired_ns released_ns` so a run can show that timings never overlapped."""
+def device_work(device: str):
+    """Untimed work on the device (a correctness trial, the reference's outputs): held shared, so
+    any number run together, but never while a timing holds the device (`device_lock`)."""
+    work, turnstile = _work_paths(device)
+    with open(turnstile, "a+") as turnstile_handle, open(work, "a+") as work_handle:
+        fcntl.flock(turnstile_handle, fcntl.LOCK_EX)  # behind a timing that is waiting
+        try:
+            fcntl.flock(work_handle, fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(turnstile_handle, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(work_handle, fcntl.LOCK_UN)
+
+
+def _work_paths(device: str) -> tuple[Path, Path]:
+    base = lock_path(device)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    return base.with_suffix(".work"), base.with_suffix(".turnstile")
+
+
+def _hold_work_exclusively(work_handle, turnstile_handle, wait_s: float) -> bool:
+    """The work lock exclusively, waiting at most `wait_s` for its shared holders; new ones wait
+    at the turnstile meanwhile. False: they did not finish in time."""
+    fcntl.flock(turnstile_handle, fcntl.LOCK_EX)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(work_handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.005)
+    finally:
+        fcntl.flock(turnstile_handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def device_lock(device: str, quiet_wait_s: float = 30.0):
+    """Held for the whole of a timing: no other timing, and no untimed work of ours
+    (`device_work`) unless that did not end within `quiet_wait_s` (TimingConfig.quiet_wait_s;
+    DeviceHold.quiet is then False). With CUDAAGENT_LOCK_LOG set, each hold is logged as `pid acquired_ns released_ns` so
+    a run can show that timings never overlapped."""
     path = lock_path(device)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
+    work, turnstile = _work_paths(device)
+    with open(path, "a+") as handle, open(work, "a+") as work_handle, open(turnstile, "a+") as turnstile_handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
+        quiet = _hold_work_exclusively(work_handle, turnstile_handle, quiet_wait_s)
         acquired_ns = time.time_ns()
         try:
-            yield path
+            yield DeviceHold(path, quiet)
         finally:
+            if quiet:
+                fcntl.flock(work_handle, fcntl.LOCK_UN)
             released_ns = time.time_ns()
             fcntl.flock(handle, fcntl.LOCK_UN)
             log = os.environ.get("CUDAAGENT_LOCK_LOG")

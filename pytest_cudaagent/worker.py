@@ -105,7 +105,7 @@ def reference_main(conn, spec: dict) -> None:
     from .config import EvalConfig
     from .conventions import get_convention, training_mode_hint
     from .files import import_file
-    from .locks import device_lock
+    from .locks import device_lock, device_work
     from .timer import Clock, Timer
 
     config = EvalConfig.from_dict(spec["config"])
@@ -136,6 +136,10 @@ def reference_main(conn, spec: dict) -> None:
         return outputs if isinstance(outputs, (tuple, list)) else [outputs]
 
     def draw_sets(count: int) -> list[dict]:
+        with device_work(device):  # never beside another worker's timing
+            return _draw_sets(count)
+
+    def _draw_sets(count: int) -> list[dict]:
         sets = []
         for _ in range(count):
             seed = _fresh_seed()
@@ -171,7 +175,8 @@ def reference_main(conn, spec: dict) -> None:
     def repeats_itself(index: int) -> dict:
         """Whether the reference gives set `index` the same answer again under the same seed."""
         trial_set = state["sets"][index]
-        again = _to_cpu(run_reference(trial_set["inputs"], trial_set["seed"]))
+        with device_work(device):
+            again = _to_cpu(run_reference(trial_set["inputs"], trial_set["seed"]))
         check = compare_outputs(index, trial_set["outputs"], again, config.tolerances())
         return {"deterministic": check.correct, "detail": check.error}
 
@@ -185,11 +190,12 @@ def reference_main(conn, spec: dict) -> None:
         content_sets = [_to_device(state["sets"][i]["inputs"], device) for i in set_indices]
         timer = Timer(Clock(device), config.timing_config)
         # torch.compile reads the settings when it compiles, inside the first timed-loop call.
-        with applied(BackendSettings.from_dict(settings)), torch.no_grad(), device_lock(device):
+        with applied(BackendSettings.from_dict(settings)), torch.no_grad(), device_lock(device, config.timing_config.quiet_wait_s) as hold:
             timed_under = capture().to_dict()
             measurement = timer.measure(fn, content_sets)
         return {"samples_ms": measurement.samples_ms, "device_ms": measurement.device_ms,
-                "launch_overlapped": measurement.launch_overlapped, "backend_settings": timed_under}
+                "launch_overlapped": measurement.launch_overlapped, "backend_settings": timed_under,
+                "quiet": hold.quiet}
 
     serve_requests(conn, {"prepare": prepare, "fresh_sets": fresh_sets, "repeats_itself": repeats_itself,
                           "baseline": baseline})
@@ -239,7 +245,7 @@ def serve_candidate(conn, spec: dict) -> None:
     from .conventions import get_convention, load_reference_weights
     from .files import Candidate, build_workspace_extension, import_file
     from .guards import ForwardGuard
-    from .locks import device_lock
+    from .locks import device_lock, device_work
     from .memory import poison_free_memory
     from .outputs import copies_to_host, inspect_outputs, storage_changes
     from .provenance import own_kernel_names, precision_flags
@@ -287,7 +293,7 @@ def serve_candidate(conn, spec: dict) -> None:
         state["output_nbytes"] = output_nbytes
         poison_free_memory(device, output_nbytes)
         _seed_all(seed)  # the seed the reference's call ran after
-        with torch.no_grad():
+        with torch.no_grad(), device_work(device):
             outputs = guard(lambda: model(*device_inputs))
             clock.synchronize()
         report = inspect_outputs(outputs, device_inputs, device)
@@ -308,7 +314,7 @@ def serve_candidate(conn, spec: dict) -> None:
         state["held_outputs"].clear()
         model = state["model"]
         state["buffers"] = buffers = input_buffers([_to_device(content, device) for content in content_sets])
-        with torch.no_grad(), device_lock(device):
+        with torch.no_grad(), device_lock(device, config.timing_config.quiet_wait_s) as hold:
             per_call_ms = timer.warm_up(lambda buffer: lambda: model(*buffer), buffers)
             profiled = timer.profile(model, buffers, guard, per_call_ms)
         state["overlap"] = timer.overlaps_launch(profiled)
@@ -319,6 +325,7 @@ def serve_candidate(conn, spec: dict) -> None:
             "kernel_names": profiled.kernel_names if profiled else [],
             "own_kernel_names": own_kernel_names(candidate, sys.modules),
             "launch_overlapped": state["overlap"],
+            "quiet": hold.quiet,
             "findings": guard.findings.drain() + timer.persistence.drain(),
             "precision": sorted(guard.findings.precision | tf32_switches(configured)
                                 | precision_flags(profiled.kernel_names if profiled else [],
@@ -343,7 +350,7 @@ def serve_candidate(conn, spec: dict) -> None:
         # staged_on_device, says what the bus in between cost).
         staged = staged_on_device([fresh["inputs"] for fresh in timed_sets], sum(state["output_nbytes"]), device)
         copy_to = device if staged is not None else "cpu"
-        with torch.no_grad(), device_lock(device):
+        with torch.no_grad(), device_lock(device, config.timing_config.quiet_wait_s) as hold:
             for call_index, fresh in enumerate(timed_sets):
                 buffer = buffers[call_index % len(buffers)]
                 if staged is not None:
@@ -380,6 +387,7 @@ def serve_candidate(conn, spec: dict) -> None:
         audited_count = max(len(audited_sets), 1)
         return {
             "samples_ms": samples,
+            "quiet": hold.quiet,
             "timed_outputs": timed_outputs,
             "audited_outputs": audited_outputs,
             "audited_ms": audited_ms,

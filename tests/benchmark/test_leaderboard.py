@@ -204,3 +204,17 @@ def test_the_convention_is_in_the_header_even_when_every_row_is_flagged(tmp_path
     board = Leaderboard.from_files([write_results(tmp_path / "run" / "results.jsonl", flagged)])
     assert board.convention == "Convention: kernelbench"
     assert "Convention: kernelbench" in to_markdown(board)
+
+
+def test_a_row_timed_beside_other_work_is_left_for_review(tmp_path):
+    honest = [fake_result(P1, _cand("level_1_problem_1_sample_0_kernel.py"), candidate_ms=1.0, eager_ms=2.0,
+                          compile_ms=1.5)]
+    beside = _flagged(fake_result(P2, _cand("level_1_problem_2_sample_0_kernel.py"), candidate_ms=1.0, eager_ms=9.0,
+                                  compile_ms=9.0), "timed_beside_other_work",
+                      "the eager baseline was timed while other untimed work of this run still held the device")
+    clean = Leaderboard.from_files([write_results(tmp_path / "clean" / "results.jsonl", honest)])
+    board = Leaderboard.from_files([write_results(tmp_path / "mixed" / "results.jsonl", [*honest, beside])])
+    assert _row(board.summary, level="level1")["flagged for review"] == 1
+    assert {k: _row(board.summary, level="level1")[k] for k in HEADLINE} == \
+        {k: _row(clean.summary, level="level1")[k] for k in HEADLINE}
+    assert list(board.flagged["rule"]) == ["timed_beside_other_work"]

@@ -1,9 +1,10 @@
 import multiprocessing
 import os
+import threading
 import time
 
 from pytest_cudaagent.gpu_pinning import pin_xdist_worker_to_gpu
-from pytest_cudaagent.locks import device_lock
+from pytest_cudaagent.locks import device_lock, device_work
 
 
 def _hold_lock(log_path: str, lock_dir: str) -> None:
@@ -40,3 +41,64 @@ def test_no_pinning_outside_xdist_or_without_gpus(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert pin_xdist_worker_to_gpu(None) is None
     assert pin_xdist_worker_to_gpu("gw0") is None
+
+
+# -- the work lock: untimed work never runs beside a timing -----------------------------------
+
+def _in_thread(action) -> threading.Thread:
+    thread = threading.Thread(target=action)
+    thread.start()
+    return thread
+
+
+def _hold_work(events: dict, name: str, seconds: float, started: threading.Event | None = None) -> None:
+    with device_work("cpu"):
+        events[f"{name} acquired"] = time.monotonic()
+        if started is not None:
+            started.set()
+        time.sleep(seconds)
+        events[f"{name} released"] = time.monotonic()
+
+
+def test_a_timing_waits_for_untimed_work_to_end(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDAAGENT_LOCK_DIR", str(tmp_path))
+    events, started = {}, threading.Event()
+    worker = _in_thread(lambda: _hold_work(events, "trial", 0.3, started))
+    started.wait(10)
+    with device_lock("cpu") as hold:
+        events["timing acquired"] = time.monotonic()
+    worker.join()
+    assert hold.quiet and events["timing acquired"] >= events["trial released"]
+
+
+def test_a_timing_goes_ahead_beside_work_that_does_not_end_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDAAGENT_LOCK_DIR", str(tmp_path))
+    events, started = {}, threading.Event()
+    worker = _in_thread(lambda: _hold_work(events, "stuck trial", 2.0, started))
+    started.wait(10)
+    with device_lock("cpu", quiet_wait_s=0.2) as hold:
+        events["timing acquired"] = time.monotonic()
+    worker.join()
+    assert not hold.quiet and events["timing acquired"] < events["stuck trial released"]
+
+
+def test_untimed_work_waits_for_a_timing_and_behind_a_waiting_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDAAGENT_LOCK_DIR", str(tmp_path))
+    events, first_started = {}, threading.Event()
+    first = _in_thread(lambda: _hold_work(events, "first trial", 0.5, first_started))
+    first_started.wait(10)
+
+    def timing() -> None:
+        with device_lock("cpu") as hold:
+            events["timing acquired"], events["quiet"] = time.monotonic(), hold.quiet
+            time.sleep(0.3)
+            events["timing released"] = time.monotonic()
+
+    timer = _in_thread(timing)
+    time.sleep(0.15)  # the timing is now waiting for the first trial
+    second = _in_thread(lambda: _hold_work(events, "second trial", 0.0))
+    for thread in (first, timer, second):
+        thread.join(20)
+    assert events["quiet"] and events["timing acquired"] >= events["first trial released"]
+    # Arrived while the timing waited: it runs after the timing, not beside it (no starvation).
+    assert events["second trial acquired"] >= events["timing released"]
