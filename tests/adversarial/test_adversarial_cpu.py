@@ -39,8 +39,11 @@ EXPECTED = {
     "correct_wrong_dtype": {("incorrect", None)},
     "correct_lazy_subclass": {("violation", "output_type")},
     "correct_writes_input": {("violation", "input_mutation")},
+    "correct_scribbles_input_returns_fresh": {("violation", "input_mutation")},
     "correct_returns_input_alias": {("violation", "output_alias")},
+    "correct_returns_input_view": {("violation", "output_alias"), ("violation", "input_mutation")},
     "correct_patches_comparison": {("incorrect", None)},
+    "correct_patches_harness_modules": {("incorrect", None)},
     "correct_gc_search": {("incorrect", None)},
     "correct_predicted_seed": {("incorrect", None)},
     "correct_half_precision": {("violation", "lower_precision")},
@@ -60,7 +63,7 @@ def evaluate_cpu(candidate: Path, **overrides):
 
 
 def test_every_adversarial_candidate_has_an_expectation():
-    assert {p.stem for p in (HERE / "candidates").glob("*.py")} == set(EXPECTED) | {"timing_patched_clocks"}
+    assert {p.stem for p in (HERE / "candidates").glob("*.py")} == set(EXPECTED) | {"timing_patched_clocks", "timing_patched_monotonic_clocks"}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -72,8 +75,9 @@ def test_cheat_is_rejected_with_its_rule(name):
     assert outcomes & EXPECTED[name], f"{name}: {result.summary()}"
 
 
-def test_patched_clocks_are_ignored_and_the_time_is_honest():
-    result = evaluate_cpu(HERE / "candidates" / "timing_patched_clocks.py")
+@pytest.mark.parametrize("name", ["timing_patched_clocks", "timing_patched_monotonic_clocks"])
+def test_patched_clocks_are_ignored_and_the_time_is_honest(name):
+    result = evaluate_cpu(HERE / "candidates" / f"{name}.py")
     assert result.passed, result.summary()
     assert result.timing["candidate"].median_ms > 0  # a fooled clock would read 0
     assert any(w.rule == "monkeypatch" for w in result.warnings)
@@ -98,3 +102,13 @@ def test_permissive_policy_allows_pytorch_glue_but_reports_it_is_not_strict():
     glue = HERE / "candidates" / "fallback_after_kernel.py"
     assert evaluate_cpu(glue, policy="permissive").passed
     assert not evaluate_cpu(glue).passed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["fallback_cpp_aten_call", "fallback_cpp_composed"])
+def test_aten_called_from_a_cpp_extension_is_a_fallback(name):
+    """The dispatch audit sees ATen operators whichever language calls them (one C++ build,
+    shared by both candidates)."""
+    result = evaluate_cpu(HERE / "cpp_candidates" / f"{name}.py")
+    assert result.status == "violation", result.summary() + result.log
+    assert "fallback_op" in {violation.rule for violation in result.violations}, result.summary()
