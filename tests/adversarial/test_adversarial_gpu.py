@@ -72,3 +72,20 @@ def test_persisting_l2_that_cannot_outlive_a_timed_call_passes(name):
     every timed call and forward never sets it again): timed honestly, not rejected."""
     result = evaluate(RELU_16MB, HERE / f"{name}.py", CONFIG)
     assert result.passed and not result.violations, result.summary()
+
+
+# The CPU corpus's cheats whose path differs on the GPU (device copies, the staged timed sets,
+# the dispatch audit under CUDA), run there too with the CPU test's expectations.
+GPU_RERUN = ["fallback_functional", "fallback_aten_ops", "fallback_try_except", "fallback_after_kernel",
+             "timing_call_counting", "timing_pointer_memo", "correct_writes_input",
+             "correct_scribbles_input_returns_fresh", "correct_returns_input_view", "correct_partial"]
+
+
+@pytest.mark.parametrize("name", GPU_RERUN)
+def test_cpu_corpus_cheat_is_rejected_on_the_gpu_too(name):
+    from tests.adversarial.test_adversarial_cpu import EXPECTED
+
+    result = evaluate(PROBLEM, Path(__file__).parent / "candidates" / f"{name}.py", CONFIG)
+    rules = {violation.rule for violation in result.violations}
+    outcomes = {(result.status, rule) for rule in rules} | {(result.status, None)}
+    assert outcomes & EXPECTED[name], f"{name}: {result.summary()}"
