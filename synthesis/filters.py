@@ -26,7 +26,7 @@ import torch
 from pytest_cudaagent.compare import as_output_list, compare_outputs
 from pytest_cudaagent.config import DEFAULT_TOLERANCES, TimingConfig, Tolerance
 from pytest_cudaagent.files import import_file
-from pytest_cudaagent.locks import device_lock
+from pytest_cudaagent.locks import device_lock, device_work
 from pytest_cudaagent.timer import Clock, Timer
 
 from .render import BATCH_VARIABLE
@@ -230,6 +230,14 @@ class StageClock:
             self.outcome.lock_wait_seconds += time.perf_counter() - waiting
             yield
 
+    @contextlib.contextmanager
+    def device_work(self, device: str):
+        """Untimed work on the device, after any timing in progress (locks.device_work)."""
+        waiting = time.perf_counter()
+        with device_work(device):
+            self.outcome.lock_wait_seconds += time.perf_counter() - waiting
+            yield
+
 
 def _matching_fraction(expected: list, actual: list, tolerances=DEFAULT_TOLERANCES) -> float:
     trial = compare_outputs(0, expected, actual, tolerances)
@@ -271,7 +279,8 @@ def check_outputs(outputs: list) -> None:
 
 def check_deterministic(task: LoadedTask, first: list, config: FilterConfig) -> None:
     torch.manual_seed(987654321)  # another RNG state: a random draw in forward shows here
-    again = _kept(task.run(task.model, 0))
+    with device_work(task.device):
+        again = _kept(task.run(task.model, 0))
     tolerance = Tolerance(config.determinism_tolerance, config.determinism_tolerance)
     trial = compare_outputs(0, first, again, {k: tolerance for k in DEFAULT_TOLERANCES})
     if not trial.correct:
@@ -318,7 +327,8 @@ def forward_bytes(task: LoadedTask) -> int:
 def quick_estimate(task: LoadedTask, clock: Clock, stages: StageClock) -> tuple[float, int]:
     """A cheap estimate for choosing the batch (median of three calls), and the bytes one forward
     needs. The first call at a new batch (allocations, library set-up) runs outside the lock."""
-    needed_bytes = forward_bytes(task)
+    with stages.device_work(task.device):
+        needed_bytes = forward_bytes(task)
     with torch.no_grad(), stages.device_lock(task.device):
         clock.synchronize()
         times = [clock.time_call_ms(lambda: task.model(*task.input_sets[0]))[0] for _ in range(3)]
@@ -411,7 +421,8 @@ def check_task(source: str, config: FilterConfig, clock: Clock | None = None,
         stages.begin("eager")
         try:
             task = LoadedTask(source, config, workdir)
-            outputs = [_kept(task.run(task.model, i)) for i in range(config.input_sets)]
+            with stages.device_work(config.device):  # never beside another worker's timing
+                outputs = [_kept(task.run(task.model, i)) for i in range(config.input_sets)]
         except torch.OutOfMemoryError:
             raise
         except Exception as error:

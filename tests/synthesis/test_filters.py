@@ -193,10 +193,9 @@ def test_stages_are_heard_and_lock_waits_counted(cpu_filters, tmp_path, monkeypa
             workload_started.set()
 
     def hold_the_lock() -> None:
-        with device_lock("cpu"):
+        with device_lock("cpu"):  # another process's timing: the eager stage's runs wait for it
             holding.set()
-            workload_started.wait(60)
-            time.sleep(0.3)
+            time.sleep(0.5)
 
     holding = threading.Event()
     holder = threading.Thread(target=hold_the_lock)
