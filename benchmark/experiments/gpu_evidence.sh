@@ -16,6 +16,9 @@ fi
 if [ -z "${SKIP_INSTALL:-}" ]; then
   python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
 fi
+# One build cache for every section of a call (the tests' conftest and the CLI both read it), so
+# the compatibility candidates built by one section are not built again by the next.
+export CUDAAGENT_CACHE=${CUDAAGENT_CACHE:-/tmp/cudaagent-evidence-cache}
 # torch.compile baselines start a pool of compile workers per process, one per core by default:
 # ten test workers each with sixteen oversubscribed the H100 machine's 16 cores.
 export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-2}
