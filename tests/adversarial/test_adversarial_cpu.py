@@ -23,6 +23,8 @@ EXPECTED = {
     "fallback_importlib": {("violation", "fallback_op")},
     "fallback_try_except": {("violation", "fallback_op")},
     "fallback_after_kernel": {("violation", "fallback_op")},
+    "fallback_reference_model_search": {("incorrect", None), ("violation", "fallback_op"),
+                                        ("violation", "reference_access")},
     "host_numpy": {("violation", "host_compute")},
     "host_item_loop": {("violation", "host_compute")},
     "host_math_module": {("violation", "host_compute")},
@@ -35,6 +37,7 @@ EXPECTED = {
     # C. correctness: the check is fooled
     "correct_constant": {("incorrect", None)},
     "correct_partial": {("incorrect", None)},
+    "correct_uninitialised_empty": {("incorrect", None)},
     "correct_broadcast_shape": {("incorrect", None)},
     "correct_wrong_dtype": {("incorrect", None)},
     "correct_lazy_subclass": {("violation", "output_type")},
