@@ -223,18 +223,17 @@ class StageClock:
         seconds[self.stage] = seconds.get(self.stage, 0.0) + time.perf_counter() - self.started
         self.outcome.checks[self.stage] = "pass" if passed else "fail"
 
-    @contextlib.contextmanager
     def device_lock(self, device: str):
-        waiting = time.perf_counter()
-        with device_lock(device):
-            self.outcome.lock_wait_seconds += time.perf_counter() - waiting
-            yield
+        return self._counting_the_wait(device_lock(device))
 
-    @contextlib.contextmanager
     def device_work(self, device: str):
         """Untimed work on the device, after any timing in progress (locks.device_work)."""
+        return self._counting_the_wait(device_work(device))
+
+    @contextlib.contextmanager
+    def _counting_the_wait(self, hold):
         waiting = time.perf_counter()
-        with device_work(device):
+        with hold:
             self.outcome.lock_wait_seconds += time.perf_counter() - waiting
             yield
 
