@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,10 +42,18 @@ class DeviceHold:
     quiet: bool  # no other untimed work of ours ran on the device during the hold
 
 
+# Devices whose timing lock this thread holds: untimed work inside a timing needs no lock of its
+# own (and would wait for itself: flock locks of two open files conflict even in one process).
+_timing_here = threading.local()
+
+
 @contextmanager
 def device_work(device: str):
     """Untimed work on the device (a correctness trial, the reference's outputs): held shared, so
     any number run together, but never while a timing holds the device (`device_lock`)."""
+    if device in getattr(_timing_here, "devices", set()):
+        yield
+        return
     work, turnstile = _work_paths(device)
     with open(turnstile, "a+") as turnstile_handle, open(work, "a+") as work_handle:
         fcntl.flock(turnstile_handle, fcntl.LOCK_EX)  # behind a timing that is waiting
@@ -95,9 +104,12 @@ def device_lock(device: str, quiet_wait_s: float = 30.0):
         fcntl.flock(handle, fcntl.LOCK_EX)
         quiet = _hold_work_exclusively(work_handle, turnstile_handle, quiet_wait_s)
         acquired_ns = time.time_ns()
+        held = _timing_here.__dict__.setdefault("devices", set())
+        held.add(device)
         try:
             yield DeviceHold(path, quiet)
         finally:
+            held.discard(device)
             if quiet:
                 fcntl.flock(work_handle, fcntl.LOCK_UN)
             released_ns = time.time_ns()

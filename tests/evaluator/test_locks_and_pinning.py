@@ -46,7 +46,7 @@ def test_no_pinning_outside_xdist_or_without_gpus(monkeypatch):
 # -- the work lock: untimed work never runs beside a timing -----------------------------------
 
 def _in_thread(action) -> threading.Thread:
-    thread = threading.Thread(target=action)
+    thread = threading.Thread(target=action, daemon=True)
     thread.start()
     return thread
 
@@ -102,3 +102,19 @@ def test_untimed_work_waits_for_a_timing_and_behind_a_waiting_one(tmp_path, monk
     assert events["quiet"] and events["timing acquired"] >= events["first trial released"]
     # Arrived while the timing waited: it runs after the timing, not beside it (no starvation).
     assert events["second trial acquired"] >= events["timing released"]
+
+
+def test_untimed_work_inside_a_timing_of_the_same_thread_does_not_wait_for_itself(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDAAGENT_LOCK_DIR", str(tmp_path))
+    done = threading.Event()
+
+    def nested() -> None:
+        with device_lock("cpu", quiet_wait_s=5) as hold, device_work("cpu"):
+            if hold.quiet:
+                done.set()
+
+    thread = _in_thread(nested)
+    thread.join(20)
+    assert done.is_set() and not thread.is_alive()
+    with device_work("cpu"):  # and the lock is free again afterwards
+        pass
