@@ -261,7 +261,7 @@ class Evaluation:
         sets = reference["sets"]
         if not sets or reference.get("forward_ms") is None:
             return
-        set_bytes = sum(_nbytes(sets[0]["inputs"]) + _nbytes(sets[0]["outputs"]))
+        set_bytes = _set_bytes(sets[0])
         guess = fresh_call_count(reference["forward_ms"] / 2, set_bytes, self.config.timing_config)
         reference_worker.send(("fresh_sets", guess + self._audited_count()))
         self._fresh_pending = True
@@ -295,7 +295,7 @@ class Evaluation:
         self._add_violations(warm["findings"])
         self._note_precision(warm["precision"])
         self.result.kernels = warm["kernel_names"]
-        set_bytes = sum(_nbytes(warm_sets[0]["inputs"]) + _nbytes(warm_sets[0]["outputs"]))
+        set_bytes = _set_bytes(warm_sets[0])
         timed_count = fresh_call_count(warm["per_call_ms"], set_bytes, timing)
         audited_count = self._audited_count()
         fresh = self._fresh_sets(reference_worker, timed_count + audited_count)
@@ -411,8 +411,8 @@ class Evaluation:
                 self.result.violations.append(violation)
 
     def _note_quiet(self, who: str, reply: dict) -> bool:
-        """A timing waits for other workers' untimed work on the device (locks.QUIET_WAIT_S); when
-        that did not end in time the timing went ahead beside it, and the Result says so."""
+        """A timing waits for other workers' untimed work on the device (TimingConfig.quiet_wait_s);
+        when that did not end in time the timing went ahead beside it, and the Result says so."""
         if reply.get("quiet", True):
             return True
         self._add_warnings([Violation(
@@ -526,6 +526,11 @@ def watched_time_violation(bare_median_ms: float, audited_ms: list[float], opera
 def _for_candidate(fresh_set: dict) -> dict:
     """What the candidate gets of a fresh set: its inputs and seed, never the reference's answer."""
     return {"inputs": fresh_set["inputs"], "seed": fresh_set["seed"]}
+
+
+def _set_bytes(content_set: dict) -> int:
+    """Host bytes one fresh set takes: its inputs and the reference's outputs for them."""
+    return sum(_nbytes(content_set["inputs"]) + _nbytes(content_set["outputs"]))
 
 
 def _nbytes(outputs: list) -> list[int]:

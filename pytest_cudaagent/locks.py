@@ -95,8 +95,8 @@ def _hold_work_exclusively(work_handle, turnstile_handle, wait_s: float) -> bool
 def device_lock(device: str, quiet_wait_s: float = 30.0):
     """Held for the whole of a timing: no other timing, and no untimed work of ours
     (`device_work`) unless that did not end within `quiet_wait_s` (TimingConfig.quiet_wait_s;
-    DeviceHold.quiet is then False). With CUDAAGENT_LOCK_LOG set, each hold is logged as `pid acquired_ns released_ns` so
-    a run can show that timings never overlapped."""
+    DeviceHold.quiet is then False). With CUDAAGENT_LOCK_LOG set, each hold is logged as
+    `pid acquired_ns released_ns` so a run can show that timings never overlapped."""
     path = lock_path(device)
     path.parent.mkdir(parents=True, exist_ok=True)
     work, turnstile = _work_paths(device)

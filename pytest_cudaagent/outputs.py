@@ -15,8 +15,8 @@ def _storage_pointer(tensor: torch.Tensor) -> int:
 
 def inspect_outputs(outputs: object, inputs: list, device: str, copy_to: str = "cpu") -> dict:
     """Checks on the outputs as returned, and a copy of each tensor on `copy_to` (the host, or
-    the device itself where a timed loop must not stall on a copy to the host: copies_to_host
-    brings them over afterwards)."""
+    the device itself where a timed loop must not stall on a copy to the host; the worker brings
+    them over after the loop)."""
     values = as_output_list(outputs)
     violations, copies = [], []
     input_storages = {_storage_pointer(t) for t in inputs if isinstance(t, torch.Tensor)}
@@ -35,10 +35,6 @@ def inspect_outputs(outputs: object, inputs: list, device: str, copy_to: str = "
         else:
             copies.append(value)
     return {"outputs": copies, "output_types": [describe(v) for v in values], "violations": violations}
-
-
-def copies_to_host(copies: list) -> list:
-    return [value.to("cpu") if type(value) is torch.Tensor else value for value in copies]
 
 
 def storage_changes(held_outputs: object, copies: list) -> list[Violation]:

@@ -247,7 +247,7 @@ def serve_candidate(conn, spec: dict) -> None:
     from .guards import ForwardGuard
     from .locks import device_lock, device_work
     from .memory import poison_free_memory
-    from .outputs import copies_to_host, inspect_outputs, storage_changes
+    from .outputs import inspect_outputs, storage_changes
     from .provenance import own_kernel_names, precision_flags
     from .rules import get_policy
     from .timer import Clock, Timer, input_buffers, load_content, staged_on_device
@@ -370,7 +370,8 @@ def serve_candidate(conn, spec: dict) -> None:
                 del output
                 timed_outputs.append(report["outputs"])
                 violations += report["violations"]
-            timed_outputs = [copies_to_host(copies) for copies in timed_outputs]
+            if staged is not None:
+                timed_outputs = [_to_cpu(copies) for copies in timed_outputs]
             audited_ms, audited_outputs = [], []
             operators_before, calls_before = guard.findings.operators_seen, guard.findings.python_calls_seen
             for call_index, fresh in enumerate(audited_sets):
