@@ -68,11 +68,14 @@ def compare_outputs(
     return TrialResult(index, mismatches == 0, worst_abs, worst_rel, mismatches, numel, error)
 
 
-# Elements compared at a time: the temporaries of a chunk stay in cache and their memory is reused,
-# where whole-tensor temporaries were fresh pages every time. A 16M-element fp32 output took
-# 0.27 s whole and 0.05 s in chunks (2-core dev box), and the parent compares every trial's and
-# every timed call's outputs.
-COMPARE_CHUNK = 1 << 18
+# Elements compared at a time. Small enough that no ATen op on a chunk starts an OpenMP parallel
+# region (ATen runs an op serially below its grain size, 32768 elements): the parent compares
+# beside the test's other xdist workers and their children, each with a thread per core, and a
+# parallel region per op then waits for threads that are not scheduled. On the H100 machine
+# (16 cores, 6 test workers) comparing the timed outputs of a 16M-element candidate took over
+# five minutes with 262144-element chunks; `python -m benchmark.experiments.compare_contention`
+# prints the table. Chunks (rather than whole tensors) keep the temporaries in cache.
+COMPARE_CHUNK = 1 << 14
 
 
 def _element_errors(want: torch.Tensor, got: torch.Tensor, tolerance: Tolerance):

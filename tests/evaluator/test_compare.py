@@ -97,3 +97,19 @@ def test_chunked_comparison_counts_and_reports_across_chunk_boundaries(monkeypat
     finite[3, 3] = want[3, 3]
     result = compare_outputs(0, [want], [finite])
     assert result.mismatches == 2 and abs(result.max_abs_error - 2.0) < 1e-6
+
+
+def test_a_chunk_is_compared_serially_so_busy_cores_cannot_stall_the_comparison():
+    """Each op on a chunk must stay below ATen's grain size (32768 elements, reductions included):
+    above it every op starts an OpenMP parallel region, and beside other busy processes the
+    comparison of one candidate's timed outputs took minutes on the H100 machine."""
+    from pytest_cudaagent import compare
+
+    aten_grain_size = 32768
+    assert compare.COMPARE_CHUNK < aten_grain_size
+    want = torch.randn(3 * compare.COMPARE_CHUNK + 5)
+    got = want.clone()
+    got[-1] += 1.0
+    got[compare.COMPARE_CHUNK] -= 3.0
+    result = compare_outputs(0, [want], [got])
+    assert result.mismatches == 2 and abs(result.max_abs_error - 3.0) < 1e-6

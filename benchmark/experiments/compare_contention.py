@@ -1,0 +1,57 @@
+"""How long the parent's output comparison takes, alone and beside other busy processes, for
+several chunk sizes: a chunk at or above ATen's grain size (32768 elements) makes every op an
+OpenMP parallel region, which stalls when the cores are shared.
+
+    python -m benchmark.experiments.compare_contention [--elements 16777216] [--processes 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import time
+
+import pandas as pd
+import torch
+
+from pytest_cudaagent import compare
+from pytest_cudaagent.config import Tolerance
+
+
+def _compare_ms(chunk: int, elements: int, repeats: int) -> float:
+    compare.COMPARE_CHUNK = chunk
+    want = torch.randn(elements)
+    got = want + 1e-6
+    started = time.perf_counter()
+    for _ in range(repeats):
+        compare.compare_outputs(0, [want], [got], {"float32": Tolerance(1e-2, 1e-2)})
+    return (time.perf_counter() - started) / repeats * 1000
+
+
+def _median_ms(chunk: int, elements: int, processes: int, repeats: int) -> float:
+    if processes == 1:
+        return _compare_ms(chunk, elements, repeats)
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        times = pool.starmap(_compare_ms, [(chunk, elements, repeats)] * processes)
+    return float(pd.Series(times).median())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--elements", type=int, default=16 << 20, help="fp32 elements per output")
+    parser.add_argument("--processes", type=int, default=6, help="processes comparing at once")
+    parser.add_argument("--chunks", default="16384,32768,262144", help="chunk sizes, comma-separated")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    rows = []
+    for chunk in (int(c) for c in args.chunks.split(",")):
+        rows.append({"chunk (elements)": chunk,
+                     "alone ms": _median_ms(chunk, args.elements, 1, args.repeats),
+                     f"{args.processes} at once, median ms": _median_ms(chunk, args.elements, args.processes,
+                                                                         args.repeats)})
+    print(f"{args.elements} fp32 elements per comparison, {torch.get_num_threads()} torch threads per process")
+    print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+
+
+if __name__ == "__main__":
+    main()
