@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
 import tempfile
 import threading
 import time
@@ -96,7 +97,7 @@ def device_lock(device: str, quiet_wait_s: float = 30.0):
     """Held for the whole of a timing: no other timing, and no untimed work of ours
     (`device_work`) unless that did not end within `quiet_wait_s` (TimingConfig.quiet_wait_s;
     DeviceHold.quiet is then False). With CUDAAGENT_LOCK_LOG set, each hold is logged as
-    `pid acquired_ns released_ns` so a run can show that timings never overlapped."""
+    `device holder acquired_ns released_ns` so a run can show that timings never overlapped."""
     path = lock_path(device)
     path.parent.mkdir(parents=True, exist_ok=True)
     work, turnstile = _work_paths(device)
@@ -117,7 +118,20 @@ def device_lock(device: str, quiet_wait_s: float = 30.0):
             log = os.environ.get("CUDAAGENT_LOCK_LOG")
             if log:
                 with open(log, "a") as log_handle:
-                    log_handle.write(f"{device_key(device)} {os.getpid()} {acquired_ns} {released_ns}\n")
+                    log_handle.write(f"{device_key(device)} {holder_id()} {acquired_ns} {released_ns}\n")
+
+
+def holder_id() -> str:
+    """This process, told apart from every other: `pid-token`. A sandboxed worker is PID 1 of its
+    own PID namespace, and a namespace's inode number is reused once it is gone, so neither the
+    PID nor the namespace names a sandboxed timer alone."""
+    pid = os.getpid()
+    if _holder.get("pid") != pid:  # first call, or a forked child
+        _holder.update(pid=pid, token=secrets.token_hex(4))
+    return f"{pid}-{_holder['token']}"
+
+
+_holder: dict = {}
 
 
 @contextmanager

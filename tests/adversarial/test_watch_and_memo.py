@@ -11,10 +11,11 @@ import torch
 from pytest_cudaagent import EvalConfig, evaluate
 from pytest_cudaagent.config import DEFAULT_TOLERANCES, TimingConfig
 from pytest_cudaagent.evaluate import judge_checked_call
-from tests.helpers import QUICK_TIMING, TEST_PROBLEMS, cpu_config
+from tests.helpers import PROBLEMS, QUICK_TIMING, TEST_PROBLEMS, cpu_config
 
 HERE = Path(__file__).parent / "memo_candidates"
 PROBLEM = TEST_PROBLEMS / "small_leaky_relu.py"
+LARGE_PROBLEM = PROBLEMS / "leaky_relu.py"
 
 EXPECTED_RULE = {
     "content_memo_clone": "timed_output",
@@ -41,8 +42,10 @@ def test_memo_and_watch_aware_cheats_are_rejected(name, device):
 @pytest.mark.gpu
 def test_a_fallback_taken_only_when_unwatched_is_timing_inconsistent_on_the_gpu():
     """Right outputs every call; bare calls run PyTorch's kernel, faster than the busy time of
-    the candidate's own kernels when profiled."""
-    result = evaluate(PROBLEM, HERE / "unwatched_fallback.py", config_for("cuda", policy="permissive"))
+    the candidate's own kernels when profiled. On 16M elements, where the kernels are the time:
+    on the 128K-element problem a call is ~2 us of kernels under ~3 us of launch and events, and
+    bare calls (4.5 us on the H100) stay above any bound that spares honest glue."""
+    result = evaluate(LARGE_PROBLEM, HERE / "unwatched_fallback.py", config_for("cuda", policy="permissive"))
     assert result.status == "violation" and "timing_inconsistent" in {v.rule for v in result.violations}, result.summary()
 
 

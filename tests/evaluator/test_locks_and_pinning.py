@@ -118,3 +118,26 @@ def test_untimed_work_inside_a_timing_of_the_same_thread_does_not_wait_for_itsel
     assert done.is_set() and not thread.is_alive()
     with device_work("cpu"):  # and the lock is free again afterwards
         pass
+
+
+def test_the_lock_log_tells_apart_sandboxed_timers_that_share_a_pid(tmp_path, monkeypatch):
+    """Each sandboxed worker is PID 1 of its own PID namespace: the log names each process by a
+    token too, or every sandboxed timer reads as one process (the H100 run of the xdist lock test
+    did), and a gone namespace's inode is reused by the next."""
+    from pathlib import Path
+
+    from pytest_cudaagent import evaluate
+    from pytest_cudaagent.locks import holder_id
+    from tests.helpers import TEST_PROBLEMS, cpu_config
+
+    assert holder_id().startswith(f"{os.getpid()}-") and holder_id() == holder_id()
+    log = tmp_path / "lock.log"
+    monkeypatch.setenv("CUDAAGENT_LOCK_LOG", str(log))
+    candidate = Path(__file__).parents[1] / "adversarial" / "sandbox_candidates" / "honest_torch.py"
+    results = [evaluate(TEST_PROBLEMS / "small_leaky_relu.py", candidate, cpu_config(timing=True, policy="permissive"))
+               for _ in range(2)]
+    assert all(result.passed for result in results), [result.summary() for result in results]
+    holders = [line.split()[1] for line in log.read_text().splitlines()]
+    assert len(set(holders)) >= 2, holders
+    if results[0].env["sandbox"]["pid_ns"]:
+        assert {holder.split("-")[0] for holder in holders} == {"1"}, holders  # same PID, told apart
