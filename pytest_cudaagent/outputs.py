@@ -3,6 +3,8 @@ device, aliasing of inputs. The values travel to the parent as CPU copies for co
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from .compare import as_output_list, describe, same_values
@@ -13,10 +15,11 @@ def _storage_pointer(tensor: torch.Tensor) -> int:
     return tensor.untyped_storage().data_ptr()
 
 
-def inspect_outputs(outputs: object, inputs: list, device: str, copy_to: str = "cpu") -> dict:
-    """Checks on the outputs as returned, and a copy of each tensor on `copy_to` (the host, or
-    the device itself where a timed loop must not stall on a copy to the host; the worker brings
-    them over after the loop)."""
+def inspect_outputs(outputs: object, inputs: list, device: str,
+                    copy_with: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict:
+    """Checks on the outputs as returned, and a copy of each tensor: on the host, or by
+    `copy_with` (on the device itself where a timed loop must not stall on a copy to the host,
+    timer.OutputCopies; the worker brings them over after the loop)."""
     values = as_output_list(outputs)
     violations, copies = [], []
     input_storages = {_storage_pointer(t) for t in inputs if isinstance(t, torch.Tensor)}
@@ -31,7 +34,7 @@ def inspect_outputs(outputs: object, inputs: list, device: str, copy_to: str = "
                 violations.append(Violation("output_type", f"output {position} is on {value.device}, expected {device}"))
             if value.numel() and _storage_pointer(value) in input_storages:
                 violations.append(Violation("output_alias", f"output {position} shares memory with an input"))
-            copies.append(value.detach().to(copy_to, copy=True))
+            copies.append(copy_with(value) if copy_with is not None else value.detach().to("cpu", copy=True))
         else:
             copies.append(value)
     return {"outputs": copies, "output_types": [describe(v) for v in values], "violations": violations}

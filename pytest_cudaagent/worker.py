@@ -250,7 +250,7 @@ def serve_candidate(conn, spec: dict) -> None:
     from .outputs import inspect_outputs, storage_changes
     from .provenance import own_kernel_names, precision_flags
     from .rules import get_policy
-    from .timer import Clock, Timer, input_buffers, load_content, staged_on_device
+    from .timer import Clock, OutputCopies, Timer, input_buffers, load_content, staged_on_device
 
     config = EvalConfig.from_dict(spec["config"])
     convention = get_convention(config.convention)
@@ -349,7 +349,7 @@ def serve_candidate(conn, spec: dict) -> None:
         # outputs copied on the device, brought to the host after the last call (timer.py,
         # staged_on_device, says what the bus in between cost).
         staged = staged_on_device([fresh["inputs"] for fresh in timed_sets], sum(state["output_nbytes"]), device)
-        copy_to = device if staged is not None else "cpu"
+        copies = OutputCopies(state["output_nbytes"], len(timed_sets), device) if staged is not None else None
         with torch.no_grad(), device_lock(device, config.timing_config.quiet_wait_s) as hold:
             for call_index, fresh in enumerate(timed_sets):
                 buffer = buffers[call_index % len(buffers)]
@@ -362,7 +362,7 @@ def serve_candidate(conn, spec: dict) -> None:
                 _seed_all(fresh["seed"])
                 elapsed_ms, output = timer.timed_call(call_on(buffer), state["overlap"])
                 samples.append(elapsed_ms)
-                report = inspect_outputs(output, [], device, copy_to=copy_to)
+                report = inspect_outputs(output, [], device, copy_with=copies.copy if copies is not None else None)
                 # Dropped before the next call, so the next call's output can take this one's
                 # memory: held, the copy just made takes the previous output's freed block and
                 # every timed call allocates fresh pages (page faults timed as the candidate's:
@@ -371,7 +371,8 @@ def serve_candidate(conn, spec: dict) -> None:
                 timed_outputs.append(report["outputs"])
                 violations += report["violations"]
             if staged is not None:
-                timed_outputs = [_to_cpu(copies) for copies in timed_outputs]
+                timed_outputs = [_to_cpu(call_copies) for call_copies in timed_outputs]
+                del copies  # the slab they were views of
             audited_ms, audited_outputs = [], []
             operators_before, calls_before = guard.findings.operators_seen, guard.findings.python_calls_seen
             for call_index, fresh in enumerate(audited_sets):
