@@ -13,15 +13,20 @@ pytestmark = pytest.mark.gpu
 
 CONV = TEST_PROBLEMS / "conv3x3_relu.py"
 FLAGS = Path(__file__).parent / "candidates" / "conv3x3_relu_flags.py"
+# The reference's operators and the flags alone. With an own Triton ReLU the H100 timed the
+# candidate 0.14 ms above its kernels (0.24 ms against eager's 0.095), as torch.compile's Triton
+# code (0.13 ms above): Python-side launches outlast the flush that hides eager's; a real cost,
+# which KernelBench's timing counts too, but not the flag's.
+FLAGS_ONLY = Path(__file__).parent / "candidates" / "conv3x3_relu_flags_torch.py"
 
 
 def test_a_candidate_whose_gain_is_a_flag_reports_about_1x_and_names_it(tmp_path):
-    result = evaluate(CONV, FLAGS, EvalConfig(device="cuda", policy="permissive", cache_dir=tmp_path))
+    result = evaluate(CONV, FLAGS_ONLY, EvalConfig(device="cuda", policy="permissive", cache_dir=tmp_path))
     assert result.passed, result.summary() + result.log
     [changed] = [w for w in result.warnings if w.rule == "backend_settings_changed"]
     assert "cudnn.benchmark: False -> True" in changed.detail
     assert result.backend_settings["candidate"]["cudnn.benchmark"] is True
-    # Same cuDNN convolution on both sides under the same settings; the own ReLU is what differs.
+    # The same operators on both sides under the same settings.
     timings = {side: (stats.median_ms, stats.device_ms) for side, stats in result.timing.items()}
     assert 0.8 <= result.speedup_vs_eager <= 1.25, f"{result.summary()}; (median, device) ms {timings}; {result.kernels}"
 
