@@ -57,7 +57,7 @@ run_section() {
                         --json "$OUT/speed_fidelity_$backend.json"
                     done ;;
     l2) python3 -m benchmark.experiments.l2_persistence --json "$OUT/l2_persistence.json" ;;
-    sandbox) python3 -m benchmark.experiments.sandbox_overhead --device cuda
+    sandbox) python3 -m benchmark.experiments.sandbox_overhead --device cuda --repeats "${SANDBOX_REPEATS:-3}"
              cudaagent verify examples/problems/leaky_relu.py examples/candidates/cuda/leaky_relu.py --device cuda \
                --output "$OUT/verify_sandbox.json"
              python3 -c "import json, sys; print('Result.env.sandbox =', json.load(open(sys.argv[1]))['env']['sandbox'])" \
