@@ -43,12 +43,14 @@ run_section() {
     differential) python3 -m benchmark.experiments.kernelbench_differential --kernelbench "${KERNELBENCH:-.kernelbench}" \
                     --release "${RELEASE:-v0.1}" --jobs "${JOBS:-6}" --json "$OUT/differential_${RELEASE:-v0.1}.json" ;;
     # The compatibility suite through `cudaagent bench` under each convention (CONVENTIONS=... for one), leaderboards printed.
+    # --resume: a results.jsonl an earlier call brought back (put in $OUT/compat-<convention>/) is continued.
     compat-bench) for convention in ${CONVENTIONS:-kernelbench cuda-agent}; do
                     cudaagent bench --problems tests/compat/problems --candidates tests/compat/candidates --device cuda \
-                      --policy permissive --convention "$convention" --baselines eager,compile --out "$OUT/compat-$convention"
+                      --policy permissive --convention "$convention" --baselines eager,compile --out "$OUT/compat-$convention" \
+                      --resume
                     cudaagent bench --problems tests/compat/conventions/problems --candidates tests/compat/conventions/candidates \
                       --device cuda --policy permissive --convention "$convention" --baselines eager \
-                      --out "$OUT/conventions-$convention"
+                      --out "$OUT/conventions-$convention" --resume
                     cat "$OUT/compat-$convention/leaderboard.md" "$OUT/conventions-$convention/leaderboard.md"
                   done ;;
     speed-fidelity) for backend in pytorch-default strict-fp32; do
