@@ -113,3 +113,20 @@ def test_a_chunk_is_compared_serially_so_busy_cores_cannot_stall_the_comparison(
     got[compare.COMPARE_CHUNK] -= 3.0
     result = compare_outputs(0, [want], [got])
     assert result.mismatches == 2 and abs(result.max_abs_error - 3.0) < 1e-6
+
+
+def test_infinities_and_nans_against_numbers_are_mismatches_however_loose_the_tolerance():
+    """The quick path (all inside the tolerance) must not take an infinite reference's infinite
+    bound as room for any value, nor a NaN for a match; matching specials still match."""
+    from pytest_cudaagent.config import Tolerance
+
+    loose = {"float32": Tolerance(0.5, 0.5)}
+    inf, nan = float("inf"), float("nan")
+    for want, got in [([inf, 1.0], [5.0, 1.0]), ([-inf, 1.0], [-1e30, 1.0]), ([1.0, 2.0], [inf, 2.0]),
+                      ([nan, 1.0], [0.0, 1.0]), ([1.0, 2.0], [nan, 2.0])]:
+        result = compare_outputs(0, [torch.tensor(want)], [torch.tensor(got)], loose)
+        assert not result.correct and result.mismatches == 1, (want, got, result)
+        assert result.max_abs_error == inf
+    same = torch.tensor([inf, -inf, nan, 1.0])
+    result = compare_outputs(0, [same], [same.clone()], loose)
+    assert result.correct and result.max_abs_error == 0.0
