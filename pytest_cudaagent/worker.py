@@ -346,8 +346,9 @@ def serve_candidate(conn, spec: dict) -> None:
 
         samples, timed_outputs, violations = [], [], []
         # On the GPU the calls run back to back as the baselines' do: inputs staged first,
-        # outputs copied on the device, brought to the host after the last call (timer.py,
-        # staged_on_device, says what the bus in between cost).
+        # outputs copied on the device into memory taken before the first call (no allocation of
+        # ours between the candidate's calls, timer.OutputCopies), brought to the host after the
+        # last call (timer.staged_on_device says what the bus in between cost).
         staged = staged_on_device([fresh["inputs"] for fresh in timed_sets], sum(state["output_nbytes"]), device)
         copies = OutputCopies(state["output_nbytes"], len(timed_sets), device) if staged is not None else None
         with torch.no_grad(), device_lock(device, config.timing_config.quiet_wait_s) as hold:
