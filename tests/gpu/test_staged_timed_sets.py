@@ -23,6 +23,7 @@ def test_timed_sets_that_would_take_half_the_free_memory_go_over_per_call():
     assert staged_on_device([[torch.randn(16)]], output_bytes=free_bytes, device="cuda") is None
 
 
+@pytest.mark.gpu
 def test_output_copies_give_the_candidates_freed_blocks_back_to_its_next_call():
     """The copies go into memory taken before the first timed call: a candidate with a temporary
     and an output (a convolution, then its own ReLU) allocates nothing new from its second call
