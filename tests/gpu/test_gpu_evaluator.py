@@ -1,6 +1,7 @@
 """The evaluator on a CUDA GPU: bundled candidates, device time, poisoning, the xdist lock."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -37,15 +38,26 @@ def test_uninitialised_output_reads_poison_not_an_old_answer(tmp_path):
 
 
 def test_two_xdist_workers_on_one_gpu_never_time_at_once(tmp_path):
+    """Three bundled pairs on two xdist workers: both workers evaluate, and no two timings (the
+    candidates' and the eager baselines') overlap. Three, not all five: the point is two workers
+    at once, and each pair costs its builds and timings on the device."""
+    problems, candidates = tmp_path / "problems", tmp_path / "candidates"
+    problems.mkdir()
+    candidates.mkdir()
+    names = ("leaky_relu", "row_sum", "softmax")
+    for name in names:
+        shutil.copy(PROBLEMS / f"{name}.py", problems)
+        shutil.copy(CUDA_CANDIDATES / f"{name}.py", candidates)  # same name and bytes: same build cache entry
     lock_log = tmp_path / "lock.log"
     env = {**os.environ, "CUDAAGENT_LOCK_LOG": str(lock_log)}
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "xdist", "-n", "2", "-p", "no:cacheprovider",
-         "--cudaagent-problems", str(PROBLEMS), "--cudaagent-candidates", str(CUDA_CANDIDATES),
+        [sys.executable, "-m", "pytest", "-p", "xdist", "-n", "2", "-p", "no:cacheprovider", "-v",
+         "--cudaagent-problems", str(problems), "--cudaagent-candidates", str(candidates),
          "--cudaagent-device", "cuda", "--cudaagent-baselines", "eager", str(tmp_path)],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=1200)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    holds = sorted((int(a), int(r), pid) for _, pid, a, r in (line.split() for line in lock_log.read_text().splitlines()))
-    assert len({pid for *_, pid in holds}) >= 2, "expected timings from several processes"
+    assert "[gw0]" in run.stdout and "[gw1]" in run.stdout, run.stdout[-3000:]  # both workers evaluated
+    holds = sorted((int(a), int(r), holder) for _, holder, a, r in (line.split() for line in lock_log.read_text().splitlines()))
+    assert len(holds) >= len(names) and len({holder for *_, holder in holds}) >= 2, holds
     for (_, released, _), (acquired, _, _) in zip(holds, holds[1:], strict=False):
         assert acquired >= released
