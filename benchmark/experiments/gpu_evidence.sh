@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU evidence, section by section, each logged under $OUT: bash benchmark/experiments/gpu_evidence.sh SECTION...
+# On the device tool: OUT=/tmp/ev EVIDENCE_TARBALL=$OUT_OF_THE_TOOL/ev.tgz BUILD_CACHE_TGZ=.gpu-cache/cache.tgz bash ... SECTION
 # The trainer's and synthesis's evidence have their own scripts (benchmark/experiments/trainer_gpu_evidence.sh,
 # benchmark/experiments/synthesis_gpu_evidence.sh); the sections `trainer` and `synthesis` run them.
 set -u
@@ -19,6 +20,18 @@ fi
 # One build cache for every section of a call (the tests' conftest and the CLI both read it), so
 # the compatibility candidates built by one section are not built again by the next.
 export CUDAAGENT_CACHE=${CUDAAGENT_CACHE:-/tmp/cudaagent-evidence-cache}
+# A build cache an earlier call brought back (BUILD_CACHE_TGZ, a tarball of that directory made
+# from /tmp; carried in an ignored folder): its extensions are not built again.
+if [ -n "${BUILD_CACHE_TGZ:-}" ] && [ -f "$BUILD_CACHE_TGZ" ] && [ ! -d "$CUDAAGENT_CACHE" ]; then
+  tar xzf "$BUILD_CACHE_TGZ" -C "$(dirname "$CUDAAGENT_CACHE")"
+fi
+# EVIDENCE_TARBALL: every log under $OUT packed there once a minute and at the end, so a call
+# that is cut short or lost still brings back what it had (the device returns at most 8 files).
+if [ -n "${EVIDENCE_TARBALL:-}" ]; then
+  ( while sleep 60; do tar czf "$EVIDENCE_TARBALL.part" -C "$OUT" . 2>/dev/null && mv "$EVIDENCE_TARBALL.part" "$EVIDENCE_TARBALL"; done ) &
+  packer=$!
+  trap 'kill $packer 2>/dev/null; tar czf "$EVIDENCE_TARBALL" -C "$OUT" . 2>/dev/null' EXIT
+fi
 # torch.compile baselines start a pool of compile workers per process, one per core by default:
 # ten test workers each with sixteen oversubscribed the H100 machine's 16 cores.
 export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-2}
