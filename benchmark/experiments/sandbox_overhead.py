@@ -38,12 +38,13 @@ def measure(device: str, repeats: int) -> tuple[dict[bool, list[tuple[float, flo
             wall = time.perf_counter() - started
             if not result.passed:
                 raise SystemExit(f"{candidate.name} did not pass ({result.summary()}); fix that first")
+            start_and_build = result.phase_seconds["sandbox"] + result.phase_seconds["build"]
             # A line per evaluation as it ends: a run cut short still shows what it measured.
             print(f"round {round_index} {'sandboxed' if sandboxed else 'not sandboxed'}: {wall:.2f} s, start + build "
-                  f"{result.phase_seconds['sandbox'] + result.phase_seconds['build']:.2f} s"
+                  f"{start_and_build:.2f} s"
                   + (f", env.sandbox {result.env['sandbox']}" if sandboxed and not round_index else ""), flush=True)
             if round_index:
-                samples[sandboxed].append((wall, result.phase_seconds["sandbox"] + result.phase_seconds["build"]))
+                samples[sandboxed].append((wall, start_and_build))
                 if sandboxed:
                     setup_ms.append(result.env["sandbox"]["setup_ms"])
     return samples, setup_ms
