@@ -51,6 +51,9 @@ run_section() {
     # H100 with 10 workers: cold CUDA builds, 30-36 s each, dominate).
     gpu-tests-core) gpu_tests tests/gpu tests/evaluator tests/adversarial ;;
     gpu-tests-rest) gpu_tests tests/compat tests/benchmark tests/trainer tests/synthesis tests/policy ;;
+    # The gpu-marked tests of the files in GPU_TESTS (space-separated), e.g. those a fix touched.
+    # shellcheck disable=SC2086  # one argument per file
+    gpu-tests) gpu_tests ${GPU_TESTS:-tests/gpu} ;;
     # KernelBench's own eval beside ours (a checkout in $KERNELBENCH, default .kernelbench, carried;
     # its eval needs pydantic: carry the wheels in .whl, installed below when present).
     differential) python3 -m benchmark.experiments.kernelbench_differential --kernelbench "${KERNELBENCH:-.kernelbench}" \
@@ -145,7 +148,7 @@ run_section() {
                      tail -3 /tmp/throughput/sequential.log ;;
     throughput-report) python3 -m benchmark.experiments.harness_throughput --device cuda --work /tmp/throughput --phase report \
                          --json "$OUT/throughput.json" ;;
-    *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests gpu-tests-core gpu-tests-rest differential compat-bench speed-fidelity" \
+    *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests gpu-tests-core gpu-tests-rest gpu-tests differential compat-bench speed-fidelity" \
             "l2 sandbox faults reward build-speed compare-contention timed-overhead timed-overhead-triton sandbox-layers phase-profile verify bench spread jitter policy trainer synthesis" \
             "throughput-harness throughput-sequential throughput-wait throughput-report"
        return 2 ;;
