@@ -2,11 +2,16 @@
 that has not touched CUDA, applies some of the sandbox's layers in the order `confine` applies
 them, then initialises CUDA and runs a kernel. Prints one row per variant.
 
-    python -m benchmark.experiments.sandbox_layers [--json FILE]
+    python -m benchmark.experiments.sandbox_layers [--json FILE] [--launches]
 
 Variants: each layer alone, all of them, all but one, and all with CUDA initialised after the
 namespaces and mounts but before the rlimits, Landlock and capability drop (what the candidate
-worker does: `cuda_first`)."""
+worker does: `cuda_first`).
+
+--launches: instead, what one launch costs the host under each layer (CUDA initialised first, as
+the worker does), a PyTorch operator's and a Triton kernel's (median of 2000, no synchronisation),
+with the Triton launch's profile under all layers: a Triton candidate timed 0.11 ms slower per call
+sandboxed than not on the H100 (`timed_call_overhead`), where eager was not."""
 
 from __future__ import annotations
 
@@ -46,15 +51,88 @@ def touch_cuda() -> str:
     return f"ok: {torch.cuda.get_device_name()} sum={value:g}"
 
 
-def run_variant(layers: tuple[str, ...], cuda_first: bool, settings: dict) -> str:
+def launch_variants() -> dict[str, tuple[tuple[str, ...], bool]]:
+    found = {"none": ((), False), "all, cuda_first": (LAYERS, True)}
+    for layer in LAYERS:
+        found[f"{layer} only, cuda_first"] = ((("namespaces",) if layer == "mounts" else ()) + (layer,), True)
+    return found
+
+
+_triton_kernel = None
+
+
+def _triton_scale():
+    global _triton_kernel
+    if _triton_kernel is None:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+            offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            mask = offsets < n
+            tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 2, mask=mask)
+
+        _triton_kernel = scale
+    return _triton_kernel
+
+
+def launch_costs() -> str:
+    """Host time per launch (median us of 2000, no synchronisation), PyTorch's and Triton's, and
+    where the Triton launch spends it."""
+    import cProfile
+    import io
+    import pstats
+    import time
+
+    import torch
+
+    torch.cuda.init()
+    x = torch.randn(1 << 16, device="cuda")
+    out = torch.empty_like(x)
+    kernel = _triton_scale()
+
+    def triton_launch():
+        kernel[(64,)](x, out, x.numel(), BLOCK=1024)
+
+    def torch_launch():
+        torch.mul(x, 2, out=out)
+
+    found = []
+    for name, launch in (("torch", torch_launch), ("triton", triton_launch)):
+        for _ in range(50):
+            launch()
+        torch.cuda.synchronize()
+        costs = []
+        for index in range(2000):
+            started = time.perf_counter()
+            launch()
+            costs.append(time.perf_counter() - started)
+            if index % 200 == 199:
+                torch.cuda.synchronize()  # the launch queue never fills
+        torch.cuda.synchronize()
+        found.append(f"{name} {1e6 * sorted(costs)[len(costs) // 2]:.1f} us")
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(500):
+        triton_launch()
+    profile.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(8)
+    lines = [line for line in text.getvalue().splitlines() if line.strip() and "/" in line or "{" in line][:8]
+    return ", ".join(found) + "; triton tottime top: " + " | ".join(" ".join(line.split()) for line in lines)
+
+
+def run_variant(layers: tuple[str, ...], cuda_first: bool, settings: dict, measure=None) -> str:
     """In a forked child (CUDA untouched in this process): the layers, then CUDA; the answer
     comes back through a pipe."""
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:
         os.close(read_end)
-        answer = run_layers(layers, cuda_first, settings)
-        os.write(write_end, answer.encode()[:4000])
+        answer = run_layers(layers, cuda_first, settings, measure)
+        os.write(write_end, answer.encode()[:6000])
         os._exit(0)
     os.close(write_end)
     with os.fdopen(read_end, "rb") as pipe:
@@ -63,7 +141,8 @@ def run_variant(layers: tuple[str, ...], cuda_first: bool, settings: dict) -> st
     return answer or f"no answer (exit status {status})"
 
 
-def run_layers(layers: tuple[str, ...], cuda_first: bool, settings: dict) -> str:
+def run_layers(layers: tuple[str, ...], cuda_first: bool, settings: dict, measure=None) -> str:
+    measure = measure or touch_cuda
     libc, report = box._libc(), {"errors": []}
     try:
         if "namespaces" in layers:
@@ -82,7 +161,7 @@ def run_layers(layers: tuple[str, ...], cuda_first: bool, settings: dict) -> str
             box._apply_landlock(libc, settings, report)
         if "capabilities" in layers:
             box._drop_capabilities(libc, report)
-        outcome = touch_cuda() if not cuda_first else outcome + "; again after: " + touch_cuda()
+        outcome = measure() if not cuda_first else outcome + "; again after: " + measure()
     except BaseException as error:  # the answer is the error, whatever it is
         outcome = f"FAILED {type(error).__name__}: {str(error).splitlines()[0][:300]}"
         if os.environ.get("SANDBOX_LAYERS_TRACE"):
@@ -95,17 +174,22 @@ def run_layers(layers: tuple[str, ...], cuda_first: bool, settings: dict) -> str
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--launches", action="store_true", help="host time per launch under each layer (see above)")
     args = parser.parse_args(argv)
     build_dir = Path(tempfile.mkdtemp(prefix="sandbox-layers-"))
     sandbox = box.Sandbox.create(build_dir, [], SandboxLimits(), memory_cap_gb=8.0)
+    os.environ["TRITON_CACHE_DIR"] = str(build_dir / "triton")  # writable under Landlock, as the worker's
     settings = sandbox.spec(enabled=True, require=False)
     console = Console(width=160)
     console.print(f"cgroup: {sandbox.cgroup_kind or 'none'} {sandbox.cgroup_error}; this process's: "
                   f"{Path('/proc/self/cgroup').read_text().strip()!r}; Landlock ABI {box.landlock_abi()}; uid {os.geteuid()}")
     rows = []
     try:
-        for name, (layers, cuda_first) in variants().items():
-            rows.append({"variant": name, "outcome": run_variant(layers, cuda_first, settings)})
+        chosen = launch_variants() if args.launches else variants()
+        for name, (layers, cuda_first) in chosen.items():
+            outcome = run_variant(layers, cuda_first, settings, launch_costs if args.launches else None)
+            rows.append({"variant": name, "outcome": outcome})
+            console.print(f"{name}: {outcome}")
             sys.stdout.flush()
     finally:
         sandbox.close()
