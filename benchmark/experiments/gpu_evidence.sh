@@ -95,6 +95,7 @@ run_section() {
                              --candidate tests/gpu/candidates/conv3x3_relu_flags.py --policy permissive \
                              --json "$OUT/timed_call_overhead_triton.json" ;;
     sandbox-layers) python3 -m benchmark.experiments.sandbox_layers --json "$OUT/sandbox_layers.json" ;;
+    sandbox-launches) python3 -m benchmark.experiments.sandbox_layers --launches --json "$OUT/sandbox_launches.json" ;;
     phase-profile) python3 -m benchmark.experiments.phase_profile --device cuda --repeats 2 --json "$OUT/phase_profile.json" ;;
     # Every bundled CUDA candidate through `cudaagent verify`, in parallel: builds overlap,
     # timings queue on the GPU lock.
@@ -149,7 +150,7 @@ run_section() {
     throughput-report) python3 -m benchmark.experiments.harness_throughput --device cuda --work /tmp/throughput --phase report \
                          --json "$OUT/throughput.json" ;;
     *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests gpu-tests-core gpu-tests-rest gpu-tests differential compat-bench speed-fidelity" \
-            "l2 sandbox faults reward build-speed compare-contention timed-overhead timed-overhead-triton sandbox-layers phase-profile verify bench spread jitter policy trainer synthesis" \
+            "l2 sandbox faults reward build-speed compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
             "throughput-harness throughput-sequential throughput-wait throughput-report"
        return 2 ;;
   esac
