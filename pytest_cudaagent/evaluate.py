@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from . import outside_kill
 from .backend_settings import BackendSettings, diff
 from .baseline_cache import BaselineCache
 from .baseline_spread import steadiest, unstable_warning
@@ -46,7 +47,13 @@ def evaluate(problem: str | Path, candidate: str | Path, config: EvalConfig | No
     device = config.resolved_device()
     if device == "cuda" and not torch.cuda.is_available():
         raise BadFileError("--device cuda asked for, but no CUDA GPU is visible; use --device cpu")
-    return Evaluation(problem_path, found, config, device).run()
+    evaluation = Evaluation(problem_path, found, config, device)
+    result = evaluation.run()
+    if evaluation.killed_from_outside:  # says nothing of the candidate: once more (outside_kill.py)
+        first = result
+        result = Evaluation(problem_path, found, config, device).run()
+        result.warnings.append(Violation(outside_kill.RULE, outside_kill.first_outcome(first.status, first.error)))
+    return result
 
 
 class Evaluation:
@@ -65,6 +72,8 @@ class Evaluation:
         # Fresh sets asked of the reference ahead of the timing (_ask_fresh_sets_ahead).
         self._fresh_pending = False
         self._fresh_ahead: list[dict] = []
+        # The candidate's process or a compiler of its build was killed by a signal from outside.
+        self.killed_from_outside = False
 
     # -- orchestration --------------------------------------------------------------------------
 
@@ -137,6 +146,7 @@ class Evaluation:
             if failure.error_type in ("SystemExit", "KeyboardInterrupt"):
                 self._fail("crashed", f"the candidate called exit during {failure.phase}: {failure.message}")
             status = "build_error" if failure.phase == "build" else "runtime_error"
+            self.killed_from_outside = outside_kill.killed_from_outside(status, failure.message)
             self._fail(status, f"{failure.phase} failed: {failure.error_type}: {failure.message}")
         except WorkerTimeout as timeout:
             if problem_side:
@@ -146,6 +156,7 @@ class Evaluation:
             if problem_side:
                 log = worker.log_tail(1500) if worker else ""
                 raise ProblemError(f"{self.problem}: the reference process died ({death})\n{log}") from None
+            self.killed_from_outside = outside_kill.killed_from_outside("crashed", str(death))
             self._fail("crashed", f"{name}: {death}")
         finally:
             if record:
