@@ -85,6 +85,7 @@ run_section() {
             python3 -m benchmark.experiments.fault_injection --show "$OUT/faults.json" --markdown ;;
     reward) python3 -m benchmark.experiments.reward_latency --out "$OUT/reward" --count "${COUNT:-64}" --processes 1 ;;
     build-speed) python3 -m benchmark.experiments.build_speed ;;
+    baseline-contention) python3 -m benchmark.experiments.baseline_contention --json "$OUT/baseline_contention.json" ;;
     compare-contention) python3 -m benchmark.experiments.compare_contention --processes "${PROCESSES:-6}" ;;
     # Time above the kernel per timed call, candidate and eager, sandbox on/off, launch hidden/counted.
     timed-overhead) python3 -m benchmark.experiments.timed_call_overhead --gaps --json "$OUT/timed_call_gaps.json"
@@ -150,7 +151,7 @@ run_section() {
     throughput-report) python3 -m benchmark.experiments.harness_throughput --device cuda --work /tmp/throughput --phase report \
                          --json "$OUT/throughput.json" ;;
     *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests gpu-tests-core gpu-tests-rest gpu-tests differential compat-bench speed-fidelity" \
-            "l2 sandbox faults reward build-speed compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
+            "l2 sandbox faults reward build-speed baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
             "throughput-harness throughput-sequential throughput-wait throughput-report"
        return 2 ;;
   esac

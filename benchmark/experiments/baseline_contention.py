@@ -1,0 +1,96 @@
+"""Do busy CPU cores widen the timings, and does the timed process's raised priority narrow them?
+
+Each pair is evaluated (eager and compile baselines, a fresh cache each time) in three variants:
+the machine quiet; every core kept busy by other processes (as a bench's other workers building
+and checking do); busy with the timed process raised (TimingConfig.timing_nice, the default).
+Prints each timing's median and its IQR as a share of the median.
+
+    python -m benchmark.experiments.baseline_contention [--pairs PROBLEM CANDIDATE]... [--hogs N] [--json FILE]
+
+Default pairs: three small compatibility-suite problems whose times are mostly host launch
+(tests/compat), where the H100's four-worker bench gave compile baselines IQRs of 20-130%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from pytest_cudaagent import EvalConfig, evaluate
+from pytest_cudaagent.config import TimingConfig
+
+REPO = Path(__file__).resolve().parents[2]
+COMPAT = REPO / "tests" / "compat"
+DEFAULT_PAIRS = [(COMPAT / "problems" / f"{name}.py", COMPAT / "candidates" / f"{name}.py")
+                 for name in ("einsum_bmm", "manual_softmax", "sequential_mlp")]
+VARIANTS = {  # name -> (busy cores, timing_nice)
+    "quiet": (False, None),
+    "busy cores": (True, None),
+    "busy cores, timing raised": (True, TimingConfig().timing_nice),
+}
+
+
+def start_hogs(count: int) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+def run_variant(pairs, busy: bool, nice: int | None, hogs: int, device: str) -> list[dict]:
+    rows = []
+    started = start_hogs(hogs) if busy else []
+    try:
+        for problem, candidate in pairs:
+            with tempfile.TemporaryDirectory(prefix="baseline-contention-") as cache:
+                config = EvalConfig(device=device, baselines=("eager", "compile"), policy="permissive",
+                                    cache_dir=Path(cache),
+                                    timing_config=dataclasses.replace(TimingConfig(), timing_nice=nice))
+                result = evaluate(problem, candidate, config)
+            row = {"pair": Path(candidate).stem, "status": result.status,
+                   "timing_nice": result.env.get("timing_nice")}
+            for who, stats in result.timing.items():
+                row[who] = {"median_ms": stats.median_ms, "iqr_share": stats.iqr_ms / stats.median_ms}
+            row["unstable"] = [warning.detail.split(":")[0] for warning in result.warnings
+                               if warning.rule == "unstable_baseline"]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        for hog in started:
+            hog.kill()
+            hog.wait()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", nargs=2, action="append", metavar=("PROBLEM", "CANDIDATE"))
+    parser.add_argument("--hogs", type=int, default=os.cpu_count() or 1, help="busy processes (default: one per core)")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    pairs = [tuple(map(Path, pair)) for pair in args.pairs] if args.pairs else DEFAULT_PAIRS
+    report = {name: run_variant(pairs, busy, nice, args.hogs, args.device)
+              for name, (busy, nice) in VARIANTS.items()}
+    table = Table(title=f"timings' median ms (IQR % of the median), {args.hogs} busy processes where busy")
+    for column in ("variant", "pair", "nice", "candidate", "eager", "compile", "flagged"):
+        table.add_column(column)
+    for name, rows in report.items():
+        for row in rows:
+            cells = [f"{row[who]['median_ms']:.4f} ({100 * row[who]['iqr_share']:.0f}%)" if who in row else "-"
+                     for who in ("candidate", "eager", "compile")]
+            table.add_row(name, row["pair"], str(row["timing_nice"]), *cells, ", ".join(row["unstable"]) or "-")
+    Console(width=150).print(table)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
