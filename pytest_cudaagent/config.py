@@ -103,10 +103,6 @@ class TimingConfig:
     # of this run; it waits this long for such work to end, then times beside it and warns
     # (`timed_beside_other_work`): a stuck trial must not hold every timing for its timeout.
     quiet_wait_s: float = 30.0
-    # While a worker times (its warm-up, its timed calls, a baseline), the evaluator raises its
-    # threads to this nice value, so the run's other workers (builds, imports, comparisons) do
-    # not take its cores (priority.py); None leaves priorities alone. Needs root or CAP_SYS_NICE.
-    timing_nice: int | None = -10
     # Also report the profiler's kernel-duration sum (device time); it costs one extra pass.
     device_time: bool = True
     device_time_calls: int = 10

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from . import outside_kill, priority
+from . import outside_kill
 from .backend_settings import BackendSettings, diff
 from .baseline_cache import BaselineCache
 from .baseline_spread import steadiest, unstable_warning
@@ -172,11 +172,6 @@ class Evaluation:
             profile = self.result.profile
             profile[label] = profile.get(label, 0.0) + time.perf_counter() - started
 
-    def _timing_priority(self, worker: Worker):
-        """The worker's threads at TimingConfig.timing_nice while it times (priority.py)."""
-        pid = worker.process.pid if worker.process is not None else None
-        return priority.raised(pid, self.config.timing_config.timing_nice, self.result.env)
-
     def _fail(self, status: str, error: str):
         self.result.status = status
         self.result.error = error.strip().splitlines()[-1] if status != "build_error" else error.strip()[:2000]
@@ -306,8 +301,7 @@ class Evaluation:
     def _time_candidate(self, worker: Worker, reference_worker: Worker, warm_sets: list[dict]) -> None:
         timing = self.config.timing_config
         self._collect_fresh_sets(reference_worker)
-        with self._timing_priority(worker):
-            warm = worker.request(("warm", [s["inputs"] for s in warm_sets]), self.config.run_timeout_s)
+        warm = worker.request(("warm", [s["inputs"] for s in warm_sets]), self.config.run_timeout_s)
         self._note_quiet("the candidate's warm-up and device time", warm)
         self._add_violations(warm["findings"])
         self._note_precision(warm["precision"])
@@ -317,9 +311,8 @@ class Evaluation:
         audited_count = self._audited_count()
         fresh = self._fresh_sets(reference_worker, timed_count + audited_count)
         timed_sets, audited_sets = fresh[:timed_count], fresh[timed_count:]
-        with self._timing_priority(worker):
-            reply = worker.request(("time", [_for_candidate(s) for s in timed_sets],
-                                    [_for_candidate(s) for s in audited_sets]), self.config.run_timeout_s)
+        reply = worker.request(("time", [_for_candidate(s) for s in timed_sets],
+                                [_for_candidate(s) for s in audited_sets]), self.config.run_timeout_s)
         self._note_quiet("the candidate", reply)
         self._add_violations(reply["findings"])
         self._note_precision(reply["precision"])
@@ -395,8 +388,7 @@ class Evaluation:
         settings = self.result.backend_settings["candidate"]
 
         def measure(mode: str) -> TimingStats:
-            with self._timing_priority(worker):
-                reply = worker.request(("baseline", mode, indices, settings), self.config.run_timeout_s)
+            reply = worker.request(("baseline", mode, indices, settings), self.config.run_timeout_s)
             if reply["backend_settings"] != settings:
                 unreached = diff(BackendSettings(settings), BackendSettings(reply["backend_settings"]))
                 self._add_warnings([Violation("backend_settings_changed", f"the {mode} baseline could not be timed "
