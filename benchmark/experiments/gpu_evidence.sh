@@ -56,12 +56,23 @@ run_section() {
     gpu-tests) gpu_tests ${GPU_TESTS:-tests/gpu} ;;
     # KernelBench's own eval beside ours (a checkout in $KERNELBENCH, default .kernelbench, carried;
     # its eval needs pydantic: carry the wheels in .whl, installed below when present).
-    differential) python3 -m benchmark.experiments.kernelbench_differential --kernelbench "${KERNELBENCH:-.kernelbench}" \
+    # DIFF_PROGRESS_FROM: the pairs file an earlier, cut-short call brought back (carried): only the rest is judged.
+    differential) if [ -f "${DIFF_PROGRESS_FROM:-}" ]; then cp "$DIFF_PROGRESS_FROM" "$OUT/differential_${RELEASE:-v0.1}.pairs.jsonl"; fi
+                  python3 -m benchmark.experiments.kernelbench_differential --kernelbench "${KERNELBENCH:-.kernelbench}" \
                     --release "${RELEASE:-v0.1}" --jobs "${JOBS:-6}" --json "$OUT/differential_${RELEASE:-v0.1}.json" ;;
     # The compatibility suite through `cudaagent bench` under each convention (CONVENTIONS=... for one), leaderboards printed.
     # --resume: a results.jsonl an earlier call brought back (put in $OUT/compat-<convention>/) is continued.
-    compat-bench) for convention in ${CONVENTIONS:-kernelbench cuda-agent}; do
-                    cudaagent bench --problems tests/compat/problems --candidates tests/compat/candidates --device cuda \
+    # The C++ (host-code) cases are CPU-only (tests/compat/README.md): given CUDA tensors they read
+    # device memory from the host and crash, under KernelBench's eval too.
+    compat-bench) gpu_compat=/tmp/compat-gpu
+                  rm -rf "$gpu_compat"; mkdir -p "$gpu_compat/problems" "$gpu_compat/candidates"
+                  for problem in tests/compat/problems/*.py; do
+                    name=$(basename "$problem")
+                    case $name in cpp_*) continue ;; esac
+                    cp "$problem" "$gpu_compat/problems/"; cp "tests/compat/candidates/$name" "$gpu_compat/candidates/"
+                  done
+                  for convention in ${CONVENTIONS:-kernelbench cuda-agent}; do
+                    cudaagent bench --problems "$gpu_compat/problems" --candidates "$gpu_compat/candidates" --device cuda \
                       --policy permissive --convention "$convention" --baselines eager,compile --out "$OUT/compat-$convention" \
                       --resume
                     cudaagent bench --problems tests/compat/conventions/problems --candidates tests/compat/conventions/candidates \

@@ -6,11 +6,15 @@ pydantic), with a KernelBench checkout kept in an ignored folder:
 
     python -m benchmark.experiments.kernelbench_differential --kernelbench .kernelbench/ \
         [--release v0.1|main] [--pairs PROBLEMS_DIR CANDIDATES_DIR]... \
-        [--against PROBLEM CANDIDATES_DIR]... [--results KB_RESULTS_DIR] [--json FILE]
+        [--against PROBLEM CANDIDATES_DIR]... [--results KB_RESULTS_DIR] [--json FILE] [--progress FILE]
 
 Without --pairs, --against or --results it runs tests/compat and tests/compat/conventions, and
 the CPU adversarial corpus against its problem. The README's table "Where we differ from
 KernelBench, and why" explains each kind of disagreement this prints.
+
+Every pair's verdicts go to the --progress file (JSON lines) as they come; a run given a progress
+file that an earlier, cut-short run wrote judges only the pairs it lacks (a device call has a
+time limit; the whole default set takes longer than one on an H100).
 """
 
 from __future__ import annotations
@@ -311,6 +315,22 @@ def collect_pairs(args) -> list[tuple[str, Pair]]:
     return named
 
 
+def judged_before(progress: Path | None, wanted: set[str]) -> list[PairVerdict]:
+    """The verdicts an earlier run wrote to `progress` for pairs still asked for (a line cut
+    short by a kill is skipped)."""
+    if progress is None or not progress.exists():
+        return []
+    found = {}
+    for line in progress.read_text().splitlines():
+        try:
+            verdict = PairVerdict(**json.loads(line))
+        except (ValueError, TypeError):
+            continue
+        if verdict.name in wanted:
+            found[verdict.name] = verdict
+    return list(found.values())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmark.experiments.kernelbench_differential",
                                      description=__doc__.splitlines()[0])
@@ -326,6 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--policy", choices=("permissive", "strict"), default="permissive",
                         help="our anti-hacking policy (default permissive: KernelBench allows PyTorch glue)")
     parser.add_argument("--json", type=Path, help="write the counts and every pair's verdicts here")
+    parser.add_argument("--progress", type=Path, help="JSON lines, a pair per line as it is judged; pairs already "
+                                                      "in it are not judged again (default: beside --json)")
     parser.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
                         help="pairs judged at once (default: up to 8, one per core; builds dominate)")
     return parser
@@ -344,14 +366,22 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]{args.kernelbench}: no such directory[/red]; clone ScalingIntelligence/KernelBench there")
         return 2
     named = collect_pairs(args)
-    verdicts = []
+    progress = args.progress or (args.json.with_suffix(".pairs.jsonl") if args.json else None)
+    verdicts = judged_before(progress, {name for name, _ in named})
+    if verdicts:
+        console.print(f"{len(verdicts)} pairs already judged in {progress}; judging the other {len(named) - len(verdicts)}")
+    done_names = {verdict.name for verdict in verdicts}
     with tempfile.TemporaryDirectory(prefix="kb-differential-") as build_root, \
             ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.submit(judge_pair, name, pair, args.kernelbench, args.release, args.policy, Path(build_root))
-                   for name, pair in named]
-        for done, future in enumerate(as_completed(futures), 1):
+                   for name, pair in named if name not in done_names]
+        for future in as_completed(futures):
             verdicts.append(future.result())
-            console.print(f"[{done}/{len(named)}] {verdicts[-1].name}: ours {verdicts[-1].ours}, KernelBench {verdicts[-1].kb}")
+            if progress:
+                with open(progress, "a") as handle:
+                    handle.write(json.dumps(asdict(verdicts[-1])) + "\n")
+            console.print(f"[{len(verdicts)}/{len(named)}] {verdicts[-1].name}: ours {verdicts[-1].ours}, "
+                          f"KernelBench {verdicts[-1].kb}")
     verdicts.sort(key=lambda verdict: [name for name, _ in named].index(verdict.name))
     console.print(pairs_table(verdicts))
     console.print(summary_table(verdicts, args.release))

@@ -196,3 +196,16 @@ def test_a_triton_candidate_is_declared_to_kernelbench_as_triton():
     timed = differential.kernelbench_call_arguments(eval_with_backend, None, triton_source, measure_performance=True,
                                                     num_perf_trials=100)
     assert timed["measure_performance"] is True and "num_perf_trials" not in timed and timed["backend"] == "triton"
+
+
+def test_a_cut_short_run_resumes_from_its_progress_file(tmp_path):
+    """Pairs judged before (a line per pair) are taken as they are, a line a kill cut in half is
+    skipped, and pairs no longer asked for are left out."""
+    progress = tmp_path / "differential.pairs.jsonl"
+    whole = [json.dumps(differential.asdict(v)) for v in FAKE[:3]]
+    progress.write_text("\n".join(whole) + "\n" + whole[0][: len(whole[0]) // 2])
+    found = differential.judged_before(progress, {"a", "c", "z"})
+    assert sorted(v.name for v in found) == ["a", "c"]
+    assert found[[v.name for v in found].index("c")] == FAKE[2]
+    assert differential.judged_before(tmp_path / "absent.jsonl", {"a"}) == []
+    assert differential.judged_before(None, {"a"}) == []
