@@ -27,7 +27,7 @@ from .envinfo import collect_env
 from .fast_build import pch_dir, prepare_pch
 from .files import BadFileError, Candidate, check_candidate, check_problem, file_hash
 from .provenance import foreign_kernels
-from .result import Result, TimingStats, Violation
+from .result import Result, TimingStats, TrialResult, Violation
 from .reward import milestone_reward
 from .rules import get_policy
 from .sandbox import Sandbox, SandboxUnavailable, missing, refusal
@@ -220,28 +220,40 @@ class Evaluation:
     # -- correctness ----------------------------------------------------------------------------
 
     def _check_trials(self, worker: Worker, reference_worker: Worker, trial_sets: list[dict]) -> None:
-        tolerances = self.config.tolerances()
+        """Each trial's set is given to the candidate twice from the second trial on: first
+        unwatched (no operator audit), while whatever it kept holds the previous trial's answer,
+        then watched. Both calls are judged; the trial is the first that fails, else the watched."""
         for index, trial_set in enumerate(trial_sets):
-            # A private copy: tensors cross the pipe in shared memory, so what the candidate writes
-            # into its inputs would otherwise also change the pristine copy kept here.
-            candidate_inputs = [t.clone() if isinstance(t, torch.Tensor) else t for t in trial_set["inputs"]]
-            reply = worker.request(("forward", candidate_inputs, _nbytes(trial_set["outputs"]), trial_set["seed"]),
-                                   self.config.run_timeout_s)
-            self._add_violations(reply["violations"] + reply["findings"])
-            self._note_output_reuse(reply["reused"])
-            self._note_precision(reply["precision"])
-            for position, (before, after) in enumerate(zip(trial_set["inputs"], reply["inputs_after"], strict=True)):
-                if isinstance(before, torch.Tensor) and not same_values(before, after):
-                    self._add_violations([Violation("input_mutation", f"forward changed input {position}")])
-            outputs = reply["outputs"]
-            with self._profiled("compare"):
-                trial = compare_outputs(index, trial_set["outputs"], outputs, tolerances)
-            if None in outputs:
-                trial.correct, trial.error = False, "an output could not be read (see violations)"
-            elif not trial.correct and not self._reference_repeats_itself(reference_worker, index):
+            unwatched = self._checked_forward(worker, index, trial_set, watched=False) if index else None
+            trial = self._checked_forward(worker, index, trial_set, watched=True)
+            if unwatched is not None and not unwatched.correct:
+                unwatched.error = f"called without the operator audit: {unwatched.error}"
+                trial = unwatched
+            if not trial.correct and trial.error != OUTPUT_UNREADABLE \
+                    and not self._reference_repeats_itself(reference_worker, index):
                 self.result.nondeterministic_trials.append(index)
             self.result.trials.append(trial)
         self.result.correct = all(trial.correct for trial in self.result.trials)
+
+    def _checked_forward(self, worker: Worker, index: int, trial_set: dict, watched: bool) -> TrialResult:
+        """One call on a trial's set, every check of a correctness call applied to it."""
+        # A private copy: tensors cross the pipe in shared memory, so what the candidate writes
+        # into its inputs would otherwise also change the pristine copy kept here.
+        candidate_inputs = [t.clone() if isinstance(t, torch.Tensor) else t for t in trial_set["inputs"]]
+        reply = worker.request(("forward", candidate_inputs, _nbytes(trial_set["outputs"]), trial_set["seed"], watched),
+                               self.config.run_timeout_s)
+        self._add_violations(reply["violations"] + reply["findings"])
+        self._note_output_reuse(reply["reused"])
+        self._note_precision(reply["precision"])
+        for position, (before, after) in enumerate(zip(trial_set["inputs"], reply["inputs_after"], strict=True)):
+            if isinstance(before, torch.Tensor) and not same_values(before, after):
+                self._add_violations([Violation("input_mutation", f"forward changed input {position}")])
+        outputs = reply["outputs"]
+        with self._profiled("compare"):
+            trial = compare_outputs(index, trial_set["outputs"], outputs, self.config.tolerances())
+        if None in outputs:
+            trial.correct, trial.error = False, OUTPUT_UNREADABLE
+        return trial
 
     def _reference_repeats_itself(self, reference_worker: Worker, index: int) -> bool:
         """Asked only when the candidate disagrees: does the reference agree with itself under
@@ -495,6 +507,9 @@ class Evaluation:
             result.warnings.append(Violation(
                 "implausible_speedup", f"{best:.1f}x exceeds the plausibility bound of "
                 f"{self.config.plausible_speedup:g}x; confirm by review before trusting it"))
+
+
+OUTPUT_UNREADABLE = "an output could not be read (see violations)"
 
 
 class _Stop(Exception):

@@ -287,14 +287,16 @@ def serve_candidate(conn, spec: dict) -> None:
         state["model"] = model.eval() if convention.eval_mode else model
         return {"weights": weights}
 
-    def forward(inputs: list, output_nbytes: list[int], seed: int) -> dict:
+    def forward(inputs: list, output_nbytes: list[int], seed: int, watched: bool = True) -> dict:
+        """One correctness call; `watched=False`: without the operator audit (no dispatch mode on
+        the stack), so a candidate honest only when watched shows what it does otherwise."""
         model = state["model"]
         device_inputs = _to_device(inputs, device)
         state["output_nbytes"] = output_nbytes
         poison_free_memory(device, output_nbytes)
         _seed_all(seed)  # the seed the reference's call ran after
         with torch.no_grad(), device_work(device):
-            outputs = guard(lambda: model(*device_inputs))
+            outputs = guard(lambda: model(*device_inputs)) if watched else model(*device_inputs)
             clock.synchronize()
         report = inspect_outputs(outputs, device_inputs, device)
         # Outputs of earlier calls are held (so their memory cannot be reused by the allocator):

@@ -105,3 +105,22 @@ def test_honest_glue_with_many_launches_is_never_timing_inconsistent(name, devic
                       config_for(device, policy="permissive"))
     assert result.passed, result.summary()
     assert "timing_inconsistent" not in {v.rule for v in result.violations}
+
+
+WATCH_AWARE = [HERE / "content_memo_profile_aware.py",
+               Path(__file__).parent / "candidates" / "timing_unwatched_shortcut.py"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("candidate", WATCH_AWARE, ids=lambda path: path.stem)
+def test_honest_only_when_watched_fails_correctness_without_any_timing(candidate, device):
+    """With timing off there are no bare timed calls to catch it: from the second trial on each
+    set is also given unwatched, while the candidate still holds the previous trial's answer.
+    KernelBench's eval (nothing watches there) called timing_unwatched_shortcut incorrect on the
+    H100, where our correctness-only run had called it correct."""
+    result = evaluate(PROBLEM, candidate, config_for(device, policy="permissive", timing=False))
+    assert result.status == "incorrect", result.summary()
+    failed = [trial for trial in result.trials if not trial.correct]
+    assert failed and all("without the operator audit" in trial.error for trial in failed)
+    assert result.trials[0].correct  # the first trial, watched, is right: it is the unwatched calls
+
