@@ -30,7 +30,9 @@ EXPECTED = {
     "host_math_module": {("violation", "host_compute")},
     # B. timing: the clock is fooled
     "timing_background_thread": {("violation", "background_thread")},
-    "timing_call_counting": {("violation", "timed_output")},
+    # Stale from its 7th call: since the correctness trials also call unwatched (9 calls), caught there.
+    "timing_call_counting": {("violation", "timed_output"), ("incorrect", None)},
+    "timing_call_counting_late": {("violation", "timed_output")},
     "timing_pointer_memo": {("violation", "timed_output"), ("incorrect", None)},
     "timing_unwatched_shortcut": {("violation", "timed_output")},
     "timing_fallback_after_warmup": {("violation", "fallback_op")},  # seen in the audited check round

@@ -77,7 +77,7 @@ def test_persisting_l2_that_cannot_outlive_a_timed_call_passes(name):
 # The CPU corpus's cheats whose path differs on the GPU (device copies, the staged timed sets,
 # the dispatch audit under CUDA), run there too with the CPU test's expectations.
 GPU_RERUN = ["fallback_functional", "fallback_aten_ops", "fallback_try_except", "fallback_after_kernel",
-             "timing_call_counting", "timing_pointer_memo", "correct_writes_input",
+             "timing_call_counting", "timing_call_counting_late", "timing_pointer_memo", "correct_writes_input",
              "correct_scribbles_input_returns_fresh", "correct_returns_input_view", "correct_partial"]
 
 
