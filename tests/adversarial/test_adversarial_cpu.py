@@ -34,7 +34,8 @@ EXPECTED = {
     "timing_call_counting": {("violation", "timed_output"), ("incorrect", None)},
     "timing_call_counting_late": {("violation", "timed_output")},
     "timing_pointer_memo": {("violation", "timed_output"), ("incorrect", None)},
-    "timing_unwatched_shortcut": {("violation", "timed_output")},
+    # Stale whenever unwatched: since the correctness trials also call unwatched, caught there.
+    "timing_unwatched_shortcut": {("violation", "timed_output"), ("incorrect", None)},
     "timing_fallback_after_warmup": {("violation", "fallback_op")},  # seen in the audited check round
     # C. correctness: the check is fooled
     "correct_constant": {("incorrect", None)},
