@@ -17,10 +17,14 @@ HERE = Path(__file__).parent / "memo_candidates"
 PROBLEM = TEST_PROBLEMS / "small_leaky_relu.py"
 LARGE_PROBLEM = PROBLEMS / "leaky_relu.py"
 
+# (status, rule) each cheat may end with. Since the correctness trials also call unwatched, the
+# memos that gamble from their first unwatched call fail there; the late one only in timed calls.
+TIMED_OUTPUT, CAUGHT_UNWATCHED = ("violation", "timed_output"), ("incorrect", None)
 EXPECTED_RULE = {
-    "content_memo_clone": "timed_output",
-    "content_memo_pointer": "timed_output",
-    "content_memo_profile_aware": "timed_output",
+    "content_memo_clone": {CAUGHT_UNWATCHED},
+    "content_memo_pointer": {CAUGHT_UNWATCHED},
+    "content_memo_profile_aware": {CAUGHT_UNWATCHED},
+    "content_memo_late": {TIMED_OUTPUT},
 }
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -35,8 +39,11 @@ def config_for(device: str, **overrides) -> EvalConfig:
 @pytest.mark.parametrize("name", sorted(EXPECTED_RULE))
 def test_memo_and_watch_aware_cheats_are_rejected(name, device):
     result = evaluate(PROBLEM, HERE / f"{name}.py", config_for(device, policy="permissive"))
-    assert result.status == "violation" and result.reward == -1, result.summary()
-    assert EXPECTED_RULE[name] in {v.rule for v in result.violations}, result.summary()
+    assert result.reward == -1, result.summary()
+    outcomes = {(result.status, v.rule) for v in result.violations} | {(result.status, None)}
+    assert outcomes & EXPECTED_RULE[name], result.summary()
+    if CAUGHT_UNWATCHED in EXPECTED_RULE[name]:
+        assert any("without the operator audit" in (trial.error or "") for trial in result.trials), result.summary()
 
 
 @pytest.mark.gpu
