@@ -31,6 +31,11 @@ def setup_worker(spec: dict) -> None:
 
 def _reply_error(conn, phase: str, error: BaseException) -> None:
     detail = "".join(traceback.format_exception_only(type(error), error)).strip()
+    # It starts with the type's (qualified) name, which the reply carries apart: without this
+    # the verdict read "construct failed: RuntimeError: RuntimeError: ...".
+    name, separator, rest = detail.partition(": ")
+    if name.rsplit(".", 1)[-1] == type(error).__name__:
+        detail = rest if separator else ""
     print(traceback.format_exc(), file=sys.stderr, flush=True)
     conn.send({"kind": "error", "phase": phase, "error_type": type(error).__name__, "message": detail[-3000:]})
 

@@ -77,7 +77,8 @@ def test_non_tensor_output_is_incorrect():
 def test_exception_in_forward_is_runtime_error():
     result = run("raises")
     assert result.status == "runtime_error"
-    assert "the candidate failed on purpose" in result.error
+    assert "ValueError: the candidate failed on purpose" in result.error
+    assert "ValueError: ValueError" not in result.error  # the type is named once
 
 
 def test_segfault_is_crashed_and_evaluation_carries_on():
