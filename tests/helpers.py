@@ -21,3 +21,9 @@ def cpu_config(**overrides) -> EvalConfig:
     settings = dict(device="cpu", timing=False, baselines=(), run_timeout_s=120, timing_config=QUICK_TIMING)
     settings.update(overrides)
     return EvalConfig(**settings)
+
+
+def outcomes(result) -> set[tuple[str, str | None]]:
+    """(status, rule) for each violation of a Result, and (status, None): what an adversarial
+    test's expected set is matched against."""
+    return {(result.status, violation.rule) for violation in result.violations} | {(result.status, None)}

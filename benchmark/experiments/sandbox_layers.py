@@ -58,23 +58,18 @@ def launch_variants() -> dict[str, tuple[tuple[str, ...], bool]]:
     return found
 
 
-_triton_kernel = None
-
-
 def _triton_scale():
-    global _triton_kernel
-    if _triton_kernel is None:
-        import triton
-        import triton.language as tl
+    """A Triton kernel, made in the measuring process (each variant forks a fresh one)."""
+    import triton
+    import triton.language as tl
 
-        @triton.jit
-        def scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-            offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-            mask = offsets < n
-            tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 2, mask=mask)
+    @triton.jit
+    def scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 2, mask=mask)
 
-        _triton_kernel = scale
-    return _triton_kernel
+    return scale
 
 
 def launch_costs() -> str:
@@ -120,7 +115,8 @@ def launch_costs() -> str:
     torch.cuda.synchronize()
     text = io.StringIO()
     pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(8)
-    lines = [line for line in text.getvalue().splitlines() if line.strip() and "/" in line or "{" in line][:8]
+    # The profile's rows name a file ("/") or a built-in ("{"); the header lines do neither.
+    lines = [line for line in text.getvalue().splitlines() if "/" in line or "{" in line][:8]
     return ", ".join(found) + "; triton tottime top: " + " | ".join(" ".join(line.split()) for line in lines)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_cudaagent import evaluate
-from tests.helpers import QUICK_TIMING, TEST_PROBLEMS, cpu_config
+from tests.helpers import QUICK_TIMING, TEST_PROBLEMS, cpu_config, outcomes
 
 HERE = Path(__file__).parent
 PROBLEM = TEST_PROBLEMS / "small_leaky_relu.py"
@@ -76,9 +76,7 @@ def test_every_adversarial_candidate_has_an_expectation():
 def test_cheat_is_rejected_with_its_rule(name):
     result = evaluate_cpu(HERE / "candidates" / f"{name}.py")
     assert not result.passed and result.reward == -1
-    rules = {violation.rule for violation in result.violations}
-    outcomes = {(result.status, rule) for rule in rules} | {(result.status, None)}
-    assert outcomes & EXPECTED[name], f"{name}: {result.summary()}"
+    assert outcomes(result) & EXPECTED[name], f"{name}: {result.summary()}"
 
 
 @pytest.mark.parametrize("name", ["timing_patched_clocks", "timing_patched_monotonic_clocks"])

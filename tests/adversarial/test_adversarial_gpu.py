@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from pytest_cudaagent import EvalConfig, evaluate
-from tests.helpers import CUDA_CANDIDATES, PROBLEMS, QUICK_TIMING, TEST_PROBLEMS
+from tests.helpers import CUDA_CANDIDATES, PROBLEMS, QUICK_TIMING, TEST_PROBLEMS, outcomes
 
 pytestmark = pytest.mark.gpu
 HERE = Path(__file__).parent / "gpu_candidates"
@@ -86,6 +86,4 @@ def test_cpu_corpus_cheat_is_rejected_on_the_gpu_too(name):
     from tests.adversarial.test_adversarial_cpu import EXPECTED
 
     result = evaluate(PROBLEM, Path(__file__).parent / "candidates" / f"{name}.py", CONFIG)
-    rules = {violation.rule for violation in result.violations}
-    outcomes = {(result.status, rule) for rule in rules} | {(result.status, None)}
-    assert outcomes & EXPECTED[name], f"{name}: {result.summary()}"
+    assert outcomes(result) & EXPECTED[name], f"{name}: {result.summary()}"

@@ -11,7 +11,7 @@ import torch
 from pytest_cudaagent import EvalConfig, evaluate
 from pytest_cudaagent.config import DEFAULT_TOLERANCES, TimingConfig
 from pytest_cudaagent.evaluate import judge_checked_call
-from tests.helpers import PROBLEMS, QUICK_TIMING, TEST_PROBLEMS, cpu_config
+from tests.helpers import PROBLEMS, QUICK_TIMING, TEST_PROBLEMS, cpu_config, outcomes
 
 HERE = Path(__file__).parent / "memo_candidates"
 PROBLEM = TEST_PROBLEMS / "small_leaky_relu.py"
@@ -40,8 +40,7 @@ def config_for(device: str, **overrides) -> EvalConfig:
 def test_memo_and_watch_aware_cheats_are_rejected(name, device):
     result = evaluate(PROBLEM, HERE / f"{name}.py", config_for(device, policy="permissive"))
     assert result.reward == -1, result.summary()
-    outcomes = {(result.status, v.rule) for v in result.violations} | {(result.status, None)}
-    assert outcomes & EXPECTED_RULE[name], result.summary()
+    assert outcomes(result) & EXPECTED_RULE[name], result.summary()
     if CAUGHT_UNWATCHED in EXPECTED_RULE[name]:
         assert any("without the operator audit" in (trial.error or "") for trial in result.trials), result.summary()
 

@@ -57,7 +57,11 @@ def test_a_compiler_killed_by_a_signal_is_a_kill_from_outside(output):
 ])
 def test_a_build_that_fails_on_its_own_is_not(output):
     assert not killed_from_outside("build_error", output)
-    assert not killed_from_outside("incorrect", "worker killed by SIGKILL")  # only crashes and build errors
+
+
+def test_only_crashes_and_build_errors_can_be_kills_from_outside():
+    assert not killed_from_outside("incorrect", "worker killed by SIGKILL")
+    assert not killed_from_outside("runtime_error", "c++: fatal error: Killed signal terminated program cc1plus")
 
 
 def test_a_candidate_killed_from_outside_is_evaluated_again_and_says_so(monkeypatch):
