@@ -194,6 +194,10 @@ class EvalConfig:
     # nvcc cannot use it, and each flag set costs a 790 MB header built once. Build locks that
     # die with their owner (and the stale torch lock cleared) apply either way.
     fast_build: bool = False
+    # Run nvcc's host and device front ends side by side (split_nvcc.py): the same commands and
+    # object, its output and exit status replayed in nvcc's order; the real nvcc for any plan it
+    # does not recognise. False: torch's nvcc as it is.
+    split_nvcc: bool = True
     run_timeout_s: float = 300.0
     memory_cap_gb: float = 32.0  # host RSS of one child; the parent kills it beyond this
     policy: str = "strict"  # anti-hacking policy preset: "strict" (the paper) or "permissive"

@@ -20,17 +20,21 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import sysconfig
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import split_nvcc
 from .config import PCH_BUILD_TIMEOUT_S
 from .locks import file_lock
+from .split_nvcc import REAL_NVCC_ENV
 
 PCH_HEADER = "cudaagent_pch.h"
 PCH_DONE = "done.json"
@@ -240,13 +244,29 @@ def build_lock(build_directory: str | Path):
         yield
 
 
-def install(pch_root: Path | None) -> None:
-    """Route every torch extension build in this process through the build lock and, unless
-    `pch_root` is None (EvalConfig.fast_build off), the shared PCH. load and load_inline both
-    build through cpp_extension._jit_compile. No arch flags: with TORCH_CUDA_ARCH_LIST unset
-    torch already builds for the visible GPU only, and dropping its PTX copy saved nothing
-    measurable (README, "Builds")."""
+def install_split_nvcc() -> bool:
+    """Make split_nvcc.py the `nvcc` of every ninja file torch writes in this process (torch
+    reads PYTORCH_NVCC when it writes one). A user's own PYTORCH_NVCC (ccache, say) is kept."""
     from torch.utils import cpp_extension
+
+    if "PYTORCH_NVCC" in os.environ or not cpp_extension.CUDA_HOME:
+        return False
+    os.environ[REAL_NVCC_ENV] = os.path.join(cpp_extension.CUDA_HOME, "bin", "nvcc")
+    os.environ["PYTORCH_NVCC"] = shlex.join([sys.executable, str(Path(split_nvcc.__file__).resolve())])
+    return True
+
+
+def install(pch_root: Path | None, split: bool = True) -> None:
+    """Route every torch extension build in this process through the build lock and, unless
+    `pch_root` is None (EvalConfig.fast_build off), the shared PCH; with `split`
+    (EvalConfig.split_nvcc) nvcc runs as split_nvcc.py. load and load_inline both build through
+    cpp_extension._jit_compile. No arch flags: with TORCH_CUDA_ARCH_LIST unset torch already
+    builds for the visible GPU only, and dropping its PTX copy saved nothing measurable (README,
+    "Builds")."""
+    from torch.utils import cpp_extension
+
+    if split:
+        install_split_nvcc()
 
     original = cpp_extension._jit_compile
     signature = inspect.signature(original)

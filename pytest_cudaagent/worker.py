@@ -272,7 +272,7 @@ def serve_candidate(conn, spec: dict) -> None:
 
     try:
         started = time.perf_counter()
-        install_fast_build(spec["pch_dir"] and Path(spec["pch_dir"]))
+        install_fast_build(spec["pch_dir"] and Path(spec["pch_dir"]), split=config.split_nvcc)
         if candidate.workspace:
             build_workspace_extension(candidate, device, Path(spec["extensions_dir"]) / "workspace")
         module = import_file(candidate.model_file, "cudaagent_candidate")

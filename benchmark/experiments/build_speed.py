@@ -141,17 +141,26 @@ def timed_steps(build: dict, fast: bool, root: Path, directory: Path) -> dict[st
     return steps
 
 
+def stub_headers(scratch: Path) -> Path:
+    """An include directory for compiling torch's CUDA headers with a CPU-only torch: it lacks one
+    generated c10/cuda header (one line in the CUDA wheels); nvcc and that line are all a compile
+    step needs."""
+    from torch.utils import cpp_extension
+
+    stub = scratch / "stub"
+    header = stub / "c10/cuda/impl/cuda_cmake_macros.h"
+    if not (Path(cpp_extension.include_paths()[0]) / "c10/cuda/impl/cuda_cmake_macros.h").exists() and not header.exists():
+        header.parent.mkdir(parents=True)
+        header.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    return stub
+
+
 def steps_table(candidates: list[Path], scratch: Path) -> pd.DataFrame:
     """Compile steps only (no link, no import): how the CUDA candidates are timed without a GPU."""
     from torch.utils import cpp_extension
 
-    # A CPU-only torch leaves CUDA_HOME unset and lacks one generated c10/cuda header (one line in
-    # the CUDA wheels); nvcc and that line are all these steps need.
     cpp_extension.CUDA_HOME = cpp_extension.CUDA_HOME or str(Path(shutil.which("nvcc")).resolve().parents[1])
-    stub = scratch / "stub"
-    if not (Path(cpp_extension.include_paths()[0]) / "c10/cuda/impl/cuda_cmake_macros.h").exists():
-        (stub / "c10/cuda/impl").mkdir(parents=True)
-        (stub / "c10/cuda/impl/cuda_cmake_macros.h").write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    stub = stub_headers(scratch)
     rows = []
     for candidate in candidates:
         build = captured_build(candidate, scratch / "captured")

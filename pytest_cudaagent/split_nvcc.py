@@ -1,0 +1,261 @@
+"""nvcc with its host and device front ends run side by side: the same commands, half the wait.
+
+nvcc compiles a `.cu` in one sequence: preprocess for the host, `cudafe++` (the host front end),
+preprocess for the device, `cicc` (the device front end and optimiser), `ptxas`, `fatbinary`,
+then the host compiler on what cudafe++ wrote. For a candidate that includes torch's headers each
+front end parses about 280,000 preprocessed lines, and nvcc waits for one before starting the
+other. The two chains share one file only: the module id, which cudafe++ writes and cicc reads,
+and which cicc can compute itself from the same inputs.
+
+This script is what torch's ninja file runs as `nvcc` (PYTORCH_NVCC, set by fast_build.install in
+the candidate's worker). It asks the real nvcc for its plan (`-dryrun`, in a private temporary
+directory), runs the host chain and the device chain at once, each computing its own module id,
+then the rest of the plan, and replays every command's output in nvcc's order, stopping where
+nvcc would have stopped, with that command's exit status. Anything it does not recognise in the
+plan (relocatable device code, several host front ends, a tool it does not know), a module id
+the two chains disagree on, or any failure of its own: it runs the real nvcc instead, so the
+build is never worse than torch's own.
+
+Stdlib only and run as a file (`python split_nvcc.py ARGS`), so no package (and no torch) is
+imported before the compiler starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+REAL_NVCC_ENV = "CUDAAGENT_REAL_NVCC"
+# A file to append one JSON line per call to: which path it took and the seconds of each part
+# (what the build benchmark and the tests read).
+LOG_ENV = "CUDAAGENT_NVCC_LOG"
+# The tools nvcc's plan may name on the parallel path; anything else runs the real nvcc.
+KNOWN_TOOLS = {"cudafe++", "cicc", "ptxas", "fatbinary", "rm", "gcc", "g++", "c++", "cc", "clang", "clang++"}
+ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+MODULE_ID_OPTION = re.compile(r'--module_id_file_name\s+("[^"]*"|\S+)')
+GEN_C_FILE_OPTION = re.compile(r'--gen_c_file_name\s+("[^"]*"|\S+)')
+
+
+@dataclass
+class Step:
+    """One command of nvcc's plan: its shell text and, once run, what it printed and returned."""
+
+    index: int
+    command: str
+    returncode: int | None = None
+    stdout: bytes = b""
+    stderr: bytes = b""
+
+    @property
+    def tool(self) -> str:
+        first = shlex.split(self.command)[0] if self.command.strip() else ""
+        return os.path.basename(first.replace("$CICC_PATH/", ""))
+
+
+@dataclass
+class Plan:
+    environment: dict[str, str]
+    host_chain: list[Step]
+    device_chain: list[Step]
+    rest: list[Step]
+    module_id_files: list[tuple[str, str]] = field(default_factory=list)  # (cudafe++'s, a cicc's own)
+
+    @property
+    def steps(self) -> list[Step]:
+        return sorted(self.host_chain + self.device_chain + self.rest, key=lambda step: step.index)
+
+
+def real_nvcc() -> str:
+    configured = os.environ.get(REAL_NVCC_ENV)
+    if configured:
+        return configured
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if cuda_home and os.path.exists(os.path.join(cuda_home, "bin", "nvcc")):
+        return os.path.join(cuda_home, "bin", "nvcc")
+    found = shutil.which("nvcc")
+    if not found:
+        sys.exit("split_nvcc: no nvcc found (set CUDAAGENT_REAL_NVCC or CUDA_HOME)")
+    return found
+
+
+def unquote(value: str) -> str:
+    """The value of a `#$ NAME=value` line of nvcc's dry run, as nvcc's own shell would see it
+    for the variables the commands read (PATH, CICC_PATH, ...)."""
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] == '"' and value.count('"') == 2:
+        return value[1:-1]
+    return value
+
+
+def dry_run(nvcc: str, argv: list[str], scratch: str) -> tuple[dict[str, str], list[Step]] | None:
+    """nvcc's own plan for these arguments: (environment, commands), or None when it has none."""
+    environment = {**os.environ, "TMPDIR": scratch}
+    completed = subprocess.run([nvcc, *argv, "-dryrun"], env=environment, capture_output=True, text=True)
+    if completed.returncode != 0:
+        return None
+    steps: list[Step] = []
+    for line in completed.stderr.splitlines():
+        if not line.startswith("#$ "):
+            continue
+        text = line[3:]
+        assignment = ASSIGNMENT.match(text)
+        if assignment and not steps:
+            environment[assignment.group(1)] = unquote(assignment.group(2))
+        elif assignment:
+            return None  # an assignment between commands: a plan this script does not know
+        else:
+            steps.append(Step(len(steps), text))
+    return environment, steps
+
+
+def plan_of(environment: dict[str, str], steps: list[Step]) -> Plan | None:
+    """Split nvcc's plan into the host chain (preprocess, cudafe++), the device chain (everything
+    else up to fatbinary and its clean-up) and the rest (the host compile); None when the plan is
+    not that shape."""
+    tools = [step.tool for step in steps]
+    if any(tool not in KNOWN_TOOLS for tool in tools) or tools.count("cudafe++") != 1 or "cicc" not in tools:
+        return None
+    if tools.count("fatbinary") != 1 or any("--device-c" in step.command or "-rdc" in step.command for step in steps):
+        return None
+    cudafe = steps[tools.index("cudafe++")]
+    host_input = shlex.split(cudafe.command)[-1]
+    producers = [step for step in steps[:cudafe.index] if f'"{host_input}"' in step.command or
+                 f" {host_input}" in step.command]
+    if len(producers) != 1 or " -E " not in producers[0].command:
+        return None
+    host_chain = [producers[0], cudafe]
+    fatbinary = steps[tools.index("fatbinary")]
+    after = fatbinary.index + 1
+    while after < len(steps) and steps[after].tool == "rm":
+        after += 1
+    device_chain = [step for step in steps[:after] if step not in host_chain]
+    rest = steps[after:]
+    if not rest or any(step.tool == "cudafe++" or step.tool == "cicc" for step in rest):
+        return None
+
+    module_id = MODULE_ID_OPTION.search(cudafe.command)
+    if module_id is None or "--gen_module_id_file" not in cudafe.command:
+        return None
+    shared = module_id.group(1)
+    module_id_files = []
+    for number, step in enumerate(step for step in device_chain if step.tool == "cicc"):
+        match = MODULE_ID_OPTION.search(step.command)
+        if match is None or match.group(1) != shared or "--gen_module_id_file" in step.command:
+            return None
+        own = shared[:-1] + f'.device{number}"' if shared.endswith('"') else f"{shared}.device{number}"
+        step.command = MODULE_ID_OPTION.sub(f"--gen_module_id_file --module_id_file_name {own}", step.command, count=1)
+        module_id_files.append((shared.strip('"'), own.strip('"')))
+    # What cudafe++ writes besides the module id (its `--stub_file_name` only names the file cicc
+    # writes): were the device chain to read it, the chains could not run side by side.
+    host_output = GEN_C_FILE_OPTION.search(cudafe.command)
+    if host_output is None or any(host_output.group(1).strip('"') in step.command for step in device_chain):
+        return None
+    return Plan(environment, host_chain, device_chain, rest, module_id_files)
+
+
+def run_chain(chain: list[Step], environment: dict[str, str]) -> bool:
+    """Each command in order through the shell (nvcc's commands use its variables), stopping at
+    the first that fails."""
+    for step in chain:
+        command = step.command
+        if step.tool == "rm":  # nvcc removes its temporary files quietly, present or not
+            command = re.sub(r"^\s*rm\s", "rm -f ", command)
+        completed = subprocess.run(["/bin/sh", "-c", command], env=environment, capture_output=True)
+        step.returncode, step.stdout, step.stderr = completed.returncode, completed.stdout, completed.stderr
+        if completed.returncode != 0:
+            return False
+    return True
+
+
+def replay(steps: list[Step]) -> int:
+    """What nvcc would have printed, in its order, and its exit status: up to the first command,
+    in nvcc's own order, that failed or never ran."""
+    for step in steps:
+        if step.returncode is None:
+            return 1
+        sys.stdout.buffer.write(step.stdout)
+        sys.stderr.buffer.write(step.stderr)
+        if step.returncode != 0:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            return step.returncode
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return 0
+
+
+def same_module_ids(plan: Plan) -> bool:
+    try:
+        return all(open(shared).read() == open(own).read() for shared, own in plan.module_id_files)
+    except OSError:
+        return False
+
+
+def timed_chain(chain: list[Step], environment: dict[str, str], seconds: dict, part: str) -> bool:
+    started = time.perf_counter()
+    try:
+        return run_chain(chain, environment)
+    finally:
+        seconds[part] = round(time.perf_counter() - started, 3)
+
+
+def run_split(nvcc: str, argv: list[str], log: dict) -> int | None:
+    """The split build's exit status, or None (the reason in `log`) when the real nvcc must do it."""
+    scratch = tempfile.mkdtemp(prefix="cudaagent-nvcc-")
+    try:
+        planned = dry_run(nvcc, argv, scratch)
+        plan = plan_of(*planned) if planned else None
+        if plan is None:
+            log["reason"] = "nvcc's plan is not a single host and device compile" if planned else "no dry run"
+            return None
+        seconds = log.setdefault("seconds", {})
+        with ThreadPoolExecutor(2) as pool:
+            host = pool.submit(timed_chain, plan.host_chain, plan.environment, seconds, "host")
+            device = pool.submit(timed_chain, plan.device_chain, plan.environment, seconds, "device")
+            host_ok, device_ok = host.result(), device.result()
+        if host_ok and device_ok:
+            if not same_module_ids(plan):
+                log["reason"] = "the host and device front ends named the module differently"
+                return None  # nvcc's own sequence decides
+            timed_chain(plan.rest, plan.environment, seconds, "rest")
+        return replay(plan.steps)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def write_log(log: dict) -> None:
+    path = os.environ.get(LOG_ENV)
+    if path:
+        with open(path, "a") as file:
+            file.write(json.dumps(log) + "\n")
+
+
+def main(argv: list[str]) -> int:
+    nvcc = real_nvcc()
+    started = time.perf_counter()
+    log: dict = {"path": "split", "output": next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-o"), None)}
+    try:
+        status = run_split(nvcc, argv, log)
+    except Exception as error:  # never worse than torch's build: the real nvcc decides
+        print(f"split_nvcc: {type(error).__name__}: {error}; running nvcc itself", file=sys.stderr)
+        log["reason"] = f"{type(error).__name__}: {error}"
+        status = None
+    if status is None:
+        log["path"] = "nvcc"
+        status = subprocess.run([nvcc, *argv]).returncode
+    log["returncode"], log["wall_s"] = status, round(time.perf_counter() - started, 3)
+    write_log(log)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
