@@ -1,4 +1,8 @@
-"""Cold build of each bundled candidate, torch's plain load_inline/load vs fast_build.py (README, "Builds")."""
+"""Cold build of each bundled candidate, torch's plain load_inline/load vs fast_build.py and split_nvcc.py (README, "Builds").
+
+    python -m benchmark.experiments.build_speed                      # CPU: C++ candidates evaluated, CUDA compile steps
+    python -m benchmark.experiments.build_speed --device cuda --fresh 10 --jobs 3   # GPU: CUDA candidates evaluated
+"""
 
 from __future__ import annotations
 
@@ -6,16 +10,20 @@ import argparse
 import inspect
 import os
 import resource
+import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
 
+from benchmark.experiments.throughput_templates import write_candidates
 from benchmark.leaderboard import markdown_table
-from pytest_cudaagent import EvalConfig, evaluate
+from pytest_cudaagent import EvalConfig, evaluate, split_nvcc
 from pytest_cudaagent.fast_build import ensure_pch, pch_dir, pch_variant, requested_variants
 from pytest_cudaagent.files import (
     FIXED_BINDING_FILES,
@@ -90,6 +98,64 @@ def evaluated_table(pairs, scratch: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+CUDA_MODES = {  # what each mode of the GPU table turns on
+    "plain": {"split_nvcc": False, "fast_build": False},  # torch's load_inline as it is
+    "split": {"split_nvcc": True, "fast_build": False},  # the default: nvcc's front ends side by side
+    "split+pch": {"split_nvcc": True, "fast_build": True},  # and the shared PCH for the C++ side
+}
+
+
+def cuda_pairs(scratch: Path, fresh: int) -> list[tuple[str, Path, Path]]:
+    """The bundled CUDA candidates and `fresh` generated ones (throughput_templates: distinct
+    kernels, each its own source hash)."""
+    pairs = [(path.stem, PROBLEMS / path.name, path) for path in sorted((ROOT / "examples/candidates/cuda").glob("*.py"))]
+    if fresh:
+        for variant in write_candidates(scratch / "fresh", "cuda", fresh):
+            pairs.append((variant.file_name.removesuffix(".py"), PROBLEMS / f"{variant.problem_stem}.py",
+                          scratch / "fresh" / variant.file_name))
+    return pairs
+
+
+def cuda_table(pairs, scratch: Path, modes: list[str], jobs: int) -> pd.DataFrame:
+    """Each candidate evaluated (correctness only) once per mode, each time with an empty build
+    cache, `jobs` evaluations at a time with the modes interleaved (so load falls on all alike).
+    A mode with the PCH gets it built before any candidate, once, as on a machine in use."""
+    if "split+pch" in modes:
+        for variant in {v for _, _, candidate in pairs for v in requested_variants(check_candidate(candidate), "cuda")}:
+            _, seconds, _ = measured(lambda variant=variant: ensure_pch(pch_dir(scratch / "pch-cache"), variant))
+            print(f"shared PCH for {variant.cflags[-3:]}: {seconds:.1f} s (once per machine)")
+
+    def one(label, problem, candidate, mode):
+        cache = scratch / "pch-cache" if mode == "split+pch" else scratch / f"cache-{mode}-{label}"
+        config = EvalConfig(device="cuda", timing=False, baselines=(), cache_dir=cache, **CUDA_MODES[mode])
+        started = time.perf_counter()
+        result = evaluate(problem, candidate, config)
+        return label, mode, result.phase_seconds.get("build"), time.perf_counter() - started, result.status
+
+    work = [(label, problem, candidate, mode) for label, problem, candidate in pairs for mode in modes]
+    rows: dict[str, dict] = {}
+    with ThreadPoolExecutor(jobs) as pool:
+        for label, mode, build_s, wall_s, status in pool.map(lambda item: one(*item), work):
+            row = rows.setdefault(label, {"candidate": label})
+            row[f"{mode} build s"] = round(build_s, 1) if build_s is not None else None
+            row[f"{mode} verdict"] = status
+            print(f"{label} {mode}: build {build_s} s, evaluation {wall_s:.1f} s, {status}", flush=True)
+    table = pd.DataFrame(rows.values())
+    for mode in modes[1:]:
+        table[f"plain / {mode}"] = (table["plain build s"] / table[f"{mode} build s"]).round(2)
+    return table
+
+
+def cuda_summary(table: pd.DataFrame, modes: list[str]) -> str:
+    lines = []
+    for mode in modes[1:]:
+        same = (table["plain verdict"] == table[f"{mode} verdict"]).sum()
+        lines.append(f"{mode}: median build {table[f'{mode} build s'].median():.1f} s against plain "
+                     f"{table['plain build s'].median():.1f} s, median speedup {table[f'plain / {mode}'].median():.2f}x, "
+                     f"same verdict {same}/{len(table)}")
+    return "\n".join(lines)
+
+
 class _Captured(Exception):
     pass
 
@@ -127,11 +193,18 @@ def timed_steps(build: dict, fast: bool, root: Path, directory: Path) -> dict[st
         extra_cflags += ["-include", str(ensure_pch(root, variant))]
     os.environ["TORCH_CUDA_ARCH_LIST"] = H100_ARCH
     directory.mkdir(parents=True)
+    # fast: the .cu through split_nvcc (what the candidate's worker sets up), plain: nvcc itself
+    nvcc_before = os.environ.pop("PYTORCH_NVCC", None)
+    if fast:
+        os.environ["PYTORCH_NVCC"] = shlex.join([sys.executable, str(Path(split_nvcc.__file__).resolve())])
     cpp_extension._write_ninja_file_to_build_library(
         path=str(directory / "build.ninja"), name=build["name"], sources=build["sources"],
         extra_cflags=extra_cflags, extra_cuda_cflags=build["extra_cuda_cflags"] or [], extra_sycl_cflags=[],
         extra_ldflags=build["extra_ldflags"] or [], extra_include_paths=build["extra_include_paths"] or [],
         with_cuda=build["with_cuda"], with_sycl=False, is_standalone=False)
+    os.environ.pop("PYTORCH_NVCC", None)
+    if nvcc_before is not None:
+        os.environ["PYTORCH_NVCC"] = nvcc_before
     steps = {}
     for source in build["sources"]:
         target = Path(source).name.replace(".cu", ".cuda.o") if source.endswith(".cu") else f"{Path(source).stem}.o"
@@ -182,9 +255,27 @@ def main() -> None:
     parser.add_argument("--skip-evaluated", action="store_true", help="only the compile-step table")
     parser.add_argument("--steps-of", choices=("cuda", "cpu"), default="cuda",
                         help="which bundled candidates the compile-step table times")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: evaluate the CUDA candidates (needs a GPU) instead of the C++ ones")
+    parser.add_argument("--fresh", type=int, default=0, help="with --device cuda: also this many generated candidates")
+    parser.add_argument("--jobs", type=int, default=1, help="with --device cuda: evaluations at a time")
+    parser.add_argument("--modes", default="plain,split", help=f"with --device cuda: of {','.join(CUDA_MODES)}")
+    parser.add_argument("--json", type=Path, help="with --device cuda: write the table here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="build-speed-") as scratch_name:
         scratch = Path(scratch_name)
+        if args.device == "cuda":
+            modes = args.modes.split(",")
+            if modes[0] != "plain" or any(mode not in CUDA_MODES for mode in modes):
+                parser.error(f"--modes starts with plain and names modes of {', '.join(CUDA_MODES)}")
+            pairs = [pair for pair in cuda_pairs(scratch, args.fresh) if not args.only or pair[0] in args.only]
+            table = cuda_table(pairs, scratch, modes, args.jobs)
+            print("\nCold builds of CUDA candidates, evaluated (correctness only), an empty build cache each:")
+            print(markdown_table(table))
+            print(cuda_summary(table, modes))
+            if args.json:
+                args.json.write_text(table.to_json(orient="records", indent=1))
+            return
         if not args.skip_evaluated:
             pairs = [pair for pair in cpu_pairs(scratch) if not args.only or pair[0].split()[-1] in args.only]
             print("\nCold builds, evaluated on the CPU (empty build cache each):")

@@ -94,8 +94,13 @@ run_section() {
     faults) python3 -m benchmark.experiments.fault_injection --device cuda --kills "${KILLS:-7}" --json "$OUT/faults.json" \
               --work /tmp/faults
             python3 -m benchmark.experiments.fault_injection --show "$OUT/faults.json" --markdown ;;
-    reward) python3 -m benchmark.experiments.reward_latency --out "$OUT/reward" --count "${COUNT:-64}" --processes 1 ;;
-    build-speed) python3 -m benchmark.experiments.build_speed ;;
+    # REWARD_ARGS, e.g. "--workers 14 --batches 1 --scorers xdist --skip ppo" (one scorer per call fits).
+    # shellcheck disable=SC2086  # one argument per word
+    reward) python3 -m benchmark.experiments.reward_latency --out "$OUT/reward" --count "${COUNT:-64}" --processes 1 ${REWARD_ARGS:-} ;;
+    # Cold builds of the CUDA candidates, plain load_inline against split_nvcc (and the PCH).
+    # shellcheck disable=SC2086
+    build-speed) python3 -m benchmark.experiments.build_speed --device cuda --json "$OUT/build_speed.json" \
+                   ${BUILD_SPEED_ARGS:---fresh 10 --jobs 4 --modes plain,split,split+pch} ;;
     baseline-contention) python3 -m benchmark.experiments.baseline_contention --json "$OUT/baseline_contention.json" ;;
     compare-contention) python3 -m benchmark.experiments.compare_contention --processes "${PROCESSES:-6}" ;;
     # Time above the kernel per timed call, candidate and eager, sandbox on/off, launch hidden/counted.

@@ -123,14 +123,15 @@ class GpuUtilisation:
         return sum(self.samples) / len(self.samples) if self.samples else None
 
 
-def time_batches(scorer_name: str, environment, count: int, devices: list[str], work: Path, gpu: bool) -> list[dict]:
-    """Two batches of `count` fresh candidates through one scorer; a row per batch."""
+def time_batches(scorer_name: str, environment, count: int, devices: list[str], work: Path, gpu: bool,
+                 batches: int = 2) -> list[dict]:
+    """`batches` batches of `count` fresh candidates through one scorer; a row per batch."""
     from policy.trainer.rewards import build_scorer
 
     scorer = build_scorer(environment, scorer_name, devices, work / scorer_name)
     rows = []
     try:
-        for batch in range(2):
+        for batch in range(batches):
             tasks = environment.sample_tasks(count, random.Random(batch))
             monitor = GpuUtilisation() if gpu else None
             started = time.perf_counter()
@@ -148,7 +149,8 @@ def time_batches(scorer_name: str, environment, count: int, devices: list[str], 
     return rows
 
 
-def ppo_run(scorer_name: str, processes: int, args, answers, eval_options, problems) -> tuple[ScalingRun, dict]:
+def ppo_run(scorer_name: str, processes: int, args, answers, eval_options, problems,
+            devices: list[str]) -> tuple[ScalingRun, dict]:
     from benchmark.experiments.ppo_scaling import train_config
 
     big = (64, 2) if args.quick else (768, 8)
@@ -162,6 +164,8 @@ def ppo_run(scorer_name: str, processes: int, args, answers, eval_options, probl
         "options": {"problems": problems, "device": "cpu" if args.cpu else "cuda", "eval_options": eval_options,
                     "answers": [list(pair) for pair in answers], "fresh": True},
     }
+    if not args.cpu and args.workers and processes == 1:  # several scoring workers on the one GPU
+        config["stages"][0]["environment"]["scoring_devices"] = devices
     return run, config
 
 
@@ -196,6 +200,9 @@ def main(argv=None) -> int:
     parser.add_argument("--ppo-batch", type=int, default=64, help="PPO episodes per step per process")
     parser.add_argument("--ppo-steps", type=int, default=4, help="PPO steps per run (the first is not timed)")
     parser.add_argument("--skip", choices=("latency", "ppo"), action="append", default=[], help="leave a part out")
+    parser.add_argument("--workers", type=int, help="scoring workers, spread over the GPUs (default: one per GPU)")
+    parser.add_argument("--batches", type=int, default=2, help="scored batches per scorer (default 2: cold, then warm)")
+    parser.add_argument("--scorers", default="xdist,pool", help="scorers to run, in order (default xdist,pool)")
     args = parser.parse_args(argv)
     args.out = args.out.resolve()
 
@@ -205,15 +212,18 @@ def main(argv=None) -> int:
     if not args.cpu and not gpus:
         print("reward_latency: no GPU visible; use --cpu (with --quick for minutes, not hours)", file=sys.stderr)
         return 2
-    devices = ["cpu"] * args.cpu_workers if args.cpu else [f"cuda:{i}" for i in range(gpus)]
+    devices = ["cpu"] * args.cpu_workers if args.cpu else [f"cuda:{i % gpus}" for i in range(args.workers or gpus)]
+    scorers = args.scorers.split(",")
     answers, eval_options, problems = benchmark_answers(args.quick, args.out)
     report: dict = {"machine": torch.cuda.get_device_name(0) if gpus else "cpu", "gpus": gpus, "devices": devices}
 
     if "latency" not in args.skip:
         environment = FixedAnswerEnvironment(problems, device="cpu" if args.cpu else "cuda", eval_options=eval_options,
                                              answers=tuple(answers), fresh=True)
-        rows = [row for scorer in ("xdist", "pool")
-                for row in time_batches(scorer, environment, args.count, devices, args.out / "latency", bool(gpus))]
+        rows = []
+        for scorer in scorers:  # each scorer's rows printed as they come (a cut-short run still says something)
+            rows += time_batches(scorer, environment, args.count, devices, args.out / "latency", bool(gpus), args.batches)
+            print(pd.DataFrame(rows).to_string(index=False, float_format=lambda value: f"{value:.2f}"), flush=True)
         latency = pd.DataFrame(rows)
         print(latency.to_string(index=False, float_format=lambda value: f"{value:.2f}"))
         report["latency"] = rows
@@ -226,8 +236,8 @@ def main(argv=None) -> int:
                     print(f"reward_latency: {processes} processes need {processes} GPUs, this machine has {gpus}; "
                           "skipped", file=sys.stderr)
                     continue
-                for scorer in ("xdist", "pool"):
-                    run, config = ppo_run(scorer, processes, args, answers, eval_options, problems)
+                for scorer in scorers:
+                    run, config = ppo_run(scorer, processes, args, answers, eval_options, problems, devices)
                     try:
                         metrics = launch(run, args.out / "runs", args.cpu, log, config,
                                          entry=("-m", "benchmark.experiments.reward_latency", "--train"))
