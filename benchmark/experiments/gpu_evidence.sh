@@ -113,6 +113,8 @@ run_section() {
                              --json "$OUT/timed_call_overhead_triton.json" ;;
     sandbox-layers) python3 -m benchmark.experiments.sandbox_layers --json "$OUT/sandbox_layers.json" ;;
     sandbox-launches) python3 -m benchmark.experiments.sandbox_layers --launches --json "$OUT/sandbox_launches.json" ;;
+    # Where a warm load_inline's seconds go (import torch, CUDA's start, the candidate's import).
+    warm-load) python3 -m benchmark.experiments.warm_load ;;
     phase-profile) python3 -m benchmark.experiments.phase_profile --device cuda --repeats 2 --json "$OUT/phase_profile.json" ;;
     # Every bundled CUDA candidate through `cudaagent verify`, in parallel: builds overlap,
     # timings queue on the GPU lock.
@@ -148,8 +150,9 @@ run_section() {
             head -c 1500 "$(ls "$OUT"/tiny/trajectories/*.jsonl | head -1)"; echo ;;
     trainer) bash benchmark/experiments/trainer_gpu_evidence.sh ;;
     synthesis) bash benchmark/experiments/synthesis_gpu_evidence.sh ;;
+    # THROUGHPUT_WORKERS: the harness's xdist workers (default: cudaagent bench's).
     throughput-harness) python3 -m benchmark.experiments.harness_throughput --device cuda --count 20 --work /tmp/throughput \
-                          --phase harness ;;
+                          --phase harness ${THROUGHPUT_WORKERS:+--workers "$THROUGHPUT_WORKERS"} ;;
     # The sequential loop builds 20 extensions one after the other (over ten minutes): started in
     # its own process session, it outlives this call; `throughput-wait` waits for it by its pid.
     throughput-sequential) mkdir -p /tmp/throughput
@@ -167,7 +170,7 @@ run_section() {
     throughput-report) python3 -m benchmark.experiments.harness_throughput --device cuda --work /tmp/throughput --phase report \
                          --json "$OUT/throughput.json" ;;
     *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests gpu-tests-core gpu-tests-rest gpu-tests differential compat-bench speed-fidelity" \
-            "l2 sandbox faults reward build-speed baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
+            "l2 sandbox faults reward build-speed warm-load baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
             "throughput-harness throughput-sequential throughput-wait throughput-report"
        return 2 ;;
   esac

@@ -24,7 +24,7 @@ def test_experiment_imports(name):
     assert module.__name__.endswith(name)
 
 
-@pytest.mark.parametrize("name", ["fault_injection", "build_speed", "sandbox_overhead", "reward_latency"])
+@pytest.mark.parametrize("name", ["fault_injection", "build_speed", "sandbox_overhead", "reward_latency", "warm_load"])
 def test_experiment_answers_help(name):
     done = subprocess.run([sys.executable, "-m", f"benchmark.experiments.{name}", "--help"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
