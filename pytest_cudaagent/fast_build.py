@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -252,8 +253,18 @@ def install_split_nvcc() -> bool:
     if "PYTORCH_NVCC" in os.environ or not cpp_extension.CUDA_HOME:
         return False
     os.environ[REAL_NVCC_ENV] = os.path.join(cpp_extension.CUDA_HOME, "bin", "nvcc")
-    os.environ["PYTORCH_NVCC"] = shlex.join([sys.executable, str(Path(split_nvcc.__file__).resolve())])
+    os.environ["PYTORCH_NVCC"] = str(split_nvcc_command())
     return True
+
+
+def split_nvcc_command() -> Path:
+    """An executable file that runs split_nvcc.py with this Python: one path, no arguments, since
+    some torch versions quote PYTORCH_NVCC as a single program name. Written into a fresh
+    temporary folder (the candidate's process can write its temporary folder; nvcc needs it too)."""
+    command = Path(tempfile.mkdtemp(prefix="cudaagent-nvcc-")) / "nvcc"
+    command.write_text(f"#!/bin/sh\nexec {shlex.join([sys.executable, str(Path(split_nvcc.__file__).resolve())])} \"$@\"\n")
+    command.chmod(0o755)
+    return command
 
 
 def install(pch_root: Path | None, split: bool = True) -> None:

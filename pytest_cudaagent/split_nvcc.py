@@ -117,21 +117,24 @@ def dry_run(nvcc: str, argv: list[str], scratch: str) -> tuple[dict[str, str], l
     return environment, steps
 
 
-def plan_of(environment: dict[str, str], steps: list[Step]) -> Plan | None:
+def plan_of(environment: dict[str, str], steps: list[Step]) -> Plan | str:
     """Split nvcc's plan into the host chain (preprocess, cudafe++), the device chain (everything
     else up to fatbinary and its clean-up) and the rest (the host compile); None when the plan is
     not that shape."""
     tools = [step.tool for step in steps]
-    if any(tool not in KNOWN_TOOLS for tool in tools) or tools.count("cudafe++") != 1 or "cicc" not in tools:
-        return None
-    if tools.count("fatbinary") != 1 or any("--device-c" in step.command or "-rdc" in step.command for step in steps):
-        return None
+    unknown = sorted({tool for tool in tools if tool not in KNOWN_TOOLS})
+    if unknown:
+        return f"tools it does not know: {', '.join(unknown)}"
+    if tools.count("cudafe++") != 1 or "cicc" not in tools or tools.count("fatbinary") != 1:
+        return f"not one cudafe++, cicc and one fatbinary: {' '.join(tools)}"
+    if any("--device-c" in step.command or "-rdc" in step.command for step in steps):
+        return "relocatable device code"
     cudafe = steps[tools.index("cudafe++")]
     host_input = shlex.split(cudafe.command)[-1]
     producers = [step for step in steps[:cudafe.index] if f'"{host_input}"' in step.command or
                  f" {host_input}" in step.command]
     if len(producers) != 1 or " -E " not in producers[0].command:
-        return None
+        return "no single preprocessing step feeds cudafe++"
     host_chain = [producers[0], cudafe]
     fatbinary = steps[tools.index("fatbinary")]
     after = fatbinary.index + 1
@@ -140,17 +143,17 @@ def plan_of(environment: dict[str, str], steps: list[Step]) -> Plan | None:
     device_chain = [step for step in steps[:after] if step not in host_chain]
     rest = steps[after:]
     if not rest or any(step.tool == "cudafe++" or step.tool == "cicc" for step in rest):
-        return None
+        return "nothing, or a front end, after fatbinary"
 
     module_id = MODULE_ID_OPTION.search(cudafe.command)
     if module_id is None or "--gen_module_id_file" not in cudafe.command:
-        return None
+        return "cudafe++ does not write the module id"
     shared = module_id.group(1)
     module_id_files = []
     for number, step in enumerate(step for step in device_chain if step.tool == "cicc"):
         match = MODULE_ID_OPTION.search(step.command)
         if match is None or match.group(1) != shared or "--gen_module_id_file" in step.command:
-            return None
+            return "a cicc that does not read cudafe++'s module id"
         own = shared[:-1] + f'.device{number}"' if shared.endswith('"') else f"{shared}.device{number}"
         step.command = MODULE_ID_OPTION.sub(f"--gen_module_id_file --module_id_file_name {own}", step.command, count=1)
         module_id_files.append((shared.strip('"'), own.strip('"')))
@@ -158,7 +161,7 @@ def plan_of(environment: dict[str, str], steps: list[Step]) -> Plan | None:
     # writes): were the device chain to read it, the chains could not run side by side.
     host_output = GEN_C_FILE_OPTION.search(cudafe.command)
     if host_output is None or any(host_output.group(1).strip('"') in step.command for step in device_chain):
-        return None
+        return "the device chain reads what cudafe++ writes"
     return Plan(environment, host_chain, device_chain, rest, module_id_files)
 
 
@@ -208,16 +211,63 @@ def timed_chain(chain: list[Step], environment: dict[str, str], seconds: dict, p
         seconds[part] = round(time.perf_counter() - started, 3)
 
 
+WITH_COMPILE = ("--generate-dependencies-with-compile", "-MD")
+DEPENDENCY_OUTPUT = ("--dependency-output", "-MF")
+# Dependency options other than torch's pair above (long or short): their builds are nvcc's own.
+OTHER_DEPENDENCY_OPTIONS = re.compile(r"^(-M[A-Z]*|--generate-(nonsystem-)?dependenc\S*|--dependency-\S*)$")
+
+
+def without_dependencies(argv: list[str]) -> tuple[list[str], list[str] | None] | str:
+    """(the compile's arguments, a separate `nvcc -M` run's or None). torch's ninja file asks nvcc
+    for a depfile with the compile (`-MD -MF F`, long: --generate-dependencies-with-compile
+    --dependency-output F),
+    which adds a step to nvcc's plan that only nvcc itself can run; `nvcc -M -MF F -MT <object>`
+    with the same options writes the same file, beside the split compile. Any other dependency
+    option: the reason this script leaves the build to nvcc."""
+    if not any(arg in WITH_COMPILE for arg in argv):
+        if any(OTHER_DEPENDENCY_OPTIONS.match(arg) for arg in argv):
+            return "dependency options other than torch's"
+        return argv, None
+    compile_argv, depfile, skip = [], None, False
+    for index, arg in enumerate(argv):
+        if skip:
+            skip = False
+        elif arg in WITH_COMPILE:
+            continue
+        elif arg in DEPENDENCY_OUTPUT and index + 1 < len(argv):
+            depfile, skip = argv[index + 1], True
+        elif OTHER_DEPENDENCY_OPTIONS.match(arg):
+            return "dependency options other than torch's"
+        else:
+            compile_argv.append(arg)
+    if depfile is None or "-c" not in compile_argv or "-o" not in compile_argv[:-1]:
+        return "a depfile without --dependency-output, -c and -o"
+    output = compile_argv[compile_argv.index("-o") + 1]
+    dependency_argv = [arg for arg in compile_argv if arg != "-c"]
+    del dependency_argv[dependency_argv.index("-o"):dependency_argv.index("-o") + 2]
+    return compile_argv, [*dependency_argv, "-M", "-MF", depfile, "-MT", output]
+
+
 def run_split(nvcc: str, argv: list[str], log: dict) -> int | None:
     """The split build's exit status, or None (the reason in `log`) when the real nvcc must do it."""
+    arguments = without_dependencies(argv)
+    if isinstance(arguments, str):
+        log["reason"] = arguments
+        return None
+    compile_argv, dependency_argv = arguments
     scratch = tempfile.mkdtemp(prefix="cudaagent-nvcc-")
+    dependencies = None
     try:
-        planned = dry_run(nvcc, argv, scratch)
-        plan = plan_of(*planned) if planned else None
-        if plan is None:
-            log["reason"] = "nvcc's plan is not a single host and device compile" if planned else "no dry run"
+        planned = dry_run(nvcc, compile_argv, scratch)
+        plan = plan_of(*planned) if planned else "nvcc's dry run failed or set variables between commands"
+        if isinstance(plan, str):
+            log["reason"] = f"nvcc's plan: {plan}"
             return None
         seconds = log.setdefault("seconds", {})
+        started = time.perf_counter()
+        if dependency_argv is not None:  # a third chain: it only preprocesses
+            dependencies = subprocess.Popen([nvcc, *dependency_argv], env={**os.environ, "TMPDIR": scratch},
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         with ThreadPoolExecutor(2) as pool:
             host = pool.submit(timed_chain, plan.host_chain, plan.environment, seconds, "host")
             device = pool.submit(timed_chain, plan.device_chain, plan.environment, seconds, "device")
@@ -227,16 +277,32 @@ def run_split(nvcc: str, argv: list[str], log: dict) -> int | None:
                 log["reason"] = "the host and device front ends named the module differently"
                 return None  # nvcc's own sequence decides
             timed_chain(plan.rest, plan.environment, seconds, "rest")
-        return replay(plan.steps)
+        status = replay(plan.steps)
+        if dependencies is not None:
+            stdout, stderr = dependencies.communicate()
+            seconds["dependencies"] = round(time.perf_counter() - started, 3)
+            # A failed compile has said why already (its preprocessing is the same); a failed
+            # dependency run after a good compile is nvcc's failure too.
+            if status == 0 and dependencies.returncode != 0:
+                sys.stdout.buffer.write(stdout)
+                sys.stderr.buffer.write(stderr)
+                return dependencies.returncode
+        return status
     finally:
+        if dependencies is not None and dependencies.poll() is None:
+            dependencies.kill()
+            dependencies.wait()
         shutil.rmtree(scratch, ignore_errors=True)
 
 
 def write_log(log: dict) -> None:
     path = os.environ.get(LOG_ENV)
     if path:
-        with open(path, "a") as file:
-            file.write(json.dumps(log) + "\n")
+        try:
+            with open(path, "a") as file:
+                file.write(json.dumps(log) + "\n")
+        except OSError:  # a log this process may not write (a sandboxed build): the build still stands
+            pass
 
 
 def main(argv: list[str]) -> int:

@@ -130,6 +130,8 @@ def cuda_table(pairs, scratch: Path, modes: list[str], jobs: int) -> pd.DataFram
         config = EvalConfig(device="cuda", timing=False, baselines=(), cache_dir=cache, **CUDA_MODES[mode])
         started = time.perf_counter()
         result = evaluate(problem, candidate, config)
+        if result.status not in ("passed", "incorrect"):
+            print(f"{label} {mode}: {result.status}: {(result.error or '')[:1500]}", flush=True)
         return label, mode, result.phase_seconds.get("build"), time.perf_counter() - started, result.status
 
     work = [(label, problem, candidate, mode) for label, problem, candidate in pairs for mode in modes]
@@ -183,15 +185,16 @@ def captured_build(candidate: Path, extensions_dir: Path) -> dict:
     return seen
 
 
-def timed_steps(build: dict, fast: bool, root: Path, directory: Path) -> dict[str, tuple[float, float]]:
+def timed_steps(build: dict, fast: bool, root: Path | None, directory: Path) -> dict[str, tuple[float, float]]:
     """Each compile step of one build, run through ninja on torch's own build file."""
     from torch.utils import cpp_extension
 
     extra_cflags = list(build["extra_cflags"] or [])
-    if fast:
+    if fast and root is not None:
         variant = pch_variant(extra_cflags, bool(build["with_cuda"]))
         extra_cflags += ["-include", str(ensure_pch(root, variant))]
-    os.environ["TORCH_CUDA_ARCH_LIST"] = H100_ARCH
+    # The machine's own list where it sets one (the H100 machine: 9.0a), else what torch picks on an H100.
+    os.environ["TORCH_CUDA_ARCH_LIST"] = os.environ.get("TORCH_CUDA_ARCH_LIST") or H100_ARCH
     directory.mkdir(parents=True)
     # fast: the .cu through split_nvcc (what the candidate's worker sets up), plain: nvcc itself
     nvcc_before = os.environ.pop("PYTORCH_NVCC", None)
@@ -228,7 +231,7 @@ def stub_headers(scratch: Path) -> Path:
     return stub
 
 
-def steps_table(candidates: list[Path], scratch: Path) -> pd.DataFrame:
+def steps_table(candidates: list[Path], scratch: Path, pch: bool = True) -> pd.DataFrame:
     """Compile steps only (no link, no import): how the CUDA candidates are timed without a GPU."""
     from torch.utils import cpp_extension
 
@@ -241,7 +244,8 @@ def steps_table(candidates: list[Path], scratch: Path) -> pd.DataFrame:
         if build["with_cuda"] is None:
             build["with_cuda"] = any(source.endswith(".cu") for source in build["sources"])
         for mode in ("plain", "fast"):
-            steps = timed_steps(build, mode == "fast", pch_dir(scratch / "fast"), scratch / f"steps-{mode}-{candidate.stem}")
+            steps = timed_steps(build, mode == "fast", pch_dir(scratch / "fast") if pch else None,
+                                scratch / f"steps-{mode}-{candidate.stem}")
             for target, (wall_s, cpu_s) in steps.items():
                 rows.append({"candidate": candidate.stem, "step": target, "mode": mode,
                              "wall s": round(wall_s, 1), "CPU s": round(cpu_s, 1)})
@@ -255,6 +259,7 @@ def main() -> None:
     parser.add_argument("--skip-evaluated", action="store_true", help="only the compile-step table")
     parser.add_argument("--steps-of", choices=("cuda", "cpu"), default="cuda",
                         help="which bundled candidates the compile-step table times")
+    parser.add_argument("--no-pch", action="store_true", help="compile-step table: fast is split_nvcc only")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: evaluate the CUDA candidates (needs a GPU) instead of the C++ ones")
     parser.add_argument("--fresh", type=int, default=0, help="with --device cuda: also this many generated candidates")
@@ -283,7 +288,7 @@ def main() -> None:
         step_candidates = sorted((ROOT / "examples" / "candidates" / args.steps_of).glob("*.py"))
         step_candidates = [path for path in step_candidates if not args.only or path.stem in args.only]
         print("\nCompile steps (torch's ninja file, arch 9.0+PTX as on an H100; fast: with the shared PCH):")
-        print(markdown_table(steps_table(step_candidates, scratch)))
+        print(markdown_table(steps_table(step_candidates, scratch, pch=not args.no_pch)))
 
 
 if __name__ == "__main__":

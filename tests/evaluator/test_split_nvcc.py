@@ -31,6 +31,20 @@ DEVICE_ONLY_ERROR = ("template <class T> __global__ void k(T* x) { x[0] = T::nop
                      "void h() { k<float><<<1, 1>>>(0); }\n")
 
 
+@pytest.fixture
+def nvcc_environment():
+    """PYTORCH_NVCC and the real nvcc's variable unset for the test and as they were after it
+    (monkeypatch.delenv of an unset variable records nothing, so a value install() set would
+    have outlived the test)."""
+    names = ("PYTORCH_NVCC", split_nvcc.REAL_NVCC_ENV)
+    saved = {name: os.environ.pop(name, None) for name in names}
+    yield
+    for name, value in saved.items():
+        os.environ.pop(name, None)
+        if value is not None:
+            os.environ[name] = value
+
+
 def normalised(path: Path) -> bytes | None:
     """An object without nvcc's temporary file names (they carry a process id, so two runs of
     nvcc itself differ there and nowhere else)."""
@@ -84,8 +98,38 @@ def test_several_architectures_still_split(tmp_path):
                          ids=["relocatable-device-code", "threaded-multi-arch"])
 def test_a_plan_it_does_not_know_is_nvccs_own(tmp_path, flags):
     nvcc, split, log = compile_both(tmp_path, WITH_WARNINGS, flags)
-    assert log["path"] == "nvcc" and "plan" in log["reason"]
+    assert log["path"] == "nvcc" and log["reason"].startswith("nvcc's plan: ")
     assert split == nvcc and nvcc["returncode"] == 0
+
+
+@pytest.mark.parametrize("source", [WITH_WARNINGS, HOST_FRONT_END_ERROR], ids=["clean", "error"])
+@pytest.mark.parametrize("depfile_flags", [["-MD", "-MF"], ["--generate-dependencies-with-compile", "--dependency-output"]],
+                         ids=["torch's -MD -MF", "long"])
+def test_torchs_depfile_is_written_beside_the_split_compile(tmp_path, source, depfile_flags):
+    """torch's ninja file asks for a depfile with the compile (a step of nvcc's plan only nvcc
+    can run): split_nvcc writes it with `nvcc -M` beside the split compile, the same file."""
+    runs = {}
+    for name, command in (("nvcc", [NVCC]), ("split", [sys.executable, str(SCRIPT)])):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "kernel.cu").write_text(source)
+        completed = subprocess.run(
+            [*command, depfile_flags[0], depfile_flags[1], "kernel.o.d", "-c", "kernel.cu", "-o", "kernel.o"],
+            cwd=folder, capture_output=True, text=True,
+            env={**os.environ, split_nvcc.LOG_ENV: str(tmp_path / "nvcc.jsonl")})
+        runs[name] = (completed.returncode, completed.stderr, normalised(folder / "kernel.o"),
+                      (folder / "kernel.o.d").read_text().replace(str(folder), "DIR"))
+    entry = json.loads((tmp_path / "nvcc.jsonl").read_text())
+    assert entry["path"] == "split" and "dependencies" in entry["seconds"]
+    assert runs["split"] == runs["nvcc"]
+    assert runs["split"][3].startswith("kernel.o : kernel.cu")
+
+
+@pytest.mark.parametrize("flags", [["-MD"], ["--generate-dependencies-with-compile"], ["-MMD", "-MF", "k.d"],
+                                   ["-MD", "-MF", "k.d", "-MP"]],
+                         ids=["no-MF", "no-dependency-output", "nonsystem", "phony-targets"])
+def test_other_dependency_options_are_nvccs_own(flags):
+    assert isinstance(split_nvcc.without_dependencies([*flags, "-c", "k.cu", "-o", "k.o"]), str)
 
 
 def test_front_ends_that_name_the_module_differently_hand_the_build_to_nvcc(tmp_path, monkeypatch, capfd):
@@ -115,13 +159,12 @@ def test_the_module_ids_are_compared_file_by_file(tmp_path):
     assert not split_nvcc.same_module_ids(plan)
 
 
-def test_install_makes_torchs_ninja_file_run_split_nvcc_and_keeps_a_users_own(monkeypatch, tmp_path):
+def test_install_makes_torchs_ninja_file_run_split_nvcc_and_keeps_a_users_own(monkeypatch, tmp_path,
+                                                                               nvcc_environment):
     from torch.utils import cpp_extension
 
     monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(Path(NVCC).resolve().parents[1]))
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")  # no GPU here to take it from
-    monkeypatch.delenv("PYTORCH_NVCC", raising=False)
-    monkeypatch.delenv(split_nvcc.REAL_NVCC_ENV, raising=False)
     assert fast_build.install_split_nvcc()
     assert os.environ[split_nvcc.REAL_NVCC_ENV] == os.path.join(cpp_extension.CUDA_HOME, "bin", "nvcc")
     ninja = tmp_path / "build.ninja"
@@ -131,14 +174,19 @@ def test_install_makes_torchs_ninja_file_run_split_nvcc_and_keeps_a_users_own(mo
         extra_sycl_cflags=[], extra_ldflags=[], extra_include_paths=[], with_cuda=True, with_sycl=False,
         is_standalone=False)
     nvcc_line = next(line for line in ninja.read_text().splitlines() if line.startswith("nvcc = "))
-    assert str(SCRIPT) in nvcc_line and sys.executable in nvcc_line
+    command = nvcc_line.removeprefix("nvcc = ")
+    assert " " not in command and str(SCRIPT) in Path(command).read_text()  # one path, however torch quotes it
+    compiled = subprocess.run([command, "-c", "k.cu", "-o", "k.o"], cwd=tmp_path, capture_output=True, text=True,
+                              env={**os.environ, split_nvcc.LOG_ENV: str(tmp_path / "nvcc.jsonl")})
+    assert compiled.returncode == 0, compiled.stderr
+    assert json.loads((tmp_path / "nvcc.jsonl").read_text())["path"] == "split"
 
-    monkeypatch.setenv("PYTORCH_NVCC", "ccache nvcc")
+    os.environ["PYTORCH_NVCC"] = "ccache nvcc"
     assert not fast_build.install_split_nvcc()
     assert os.environ["PYTORCH_NVCC"] == "ccache nvcc"
 
 
-def test_evaluation_config_turns_it_off(monkeypatch):
+def test_evaluation_config_turns_it_off(monkeypatch, nvcc_environment):
     from torch.utils import cpp_extension
 
     from pytest_cudaagent.config import EvalConfig
@@ -146,16 +194,14 @@ def test_evaluation_config_turns_it_off(monkeypatch):
     assert EvalConfig().split_nvcc and not EvalConfig.from_dict({**EvalConfig().to_dict(), "split_nvcc": False}).split_nvcc
     monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(Path(NVCC).resolve().parents[1]))
     monkeypatch.setattr(cpp_extension, "_jit_compile", cpp_extension._jit_compile)  # install wraps it: undone after
-    monkeypatch.delenv("PYTORCH_NVCC", raising=False)
     fast_build.install(None, split=False)
     assert "PYTORCH_NVCC" not in os.environ
     fast_build.install(None, split=True)
-    assert "split_nvcc.py" in os.environ["PYTORCH_NVCC"]
-    monkeypatch.delenv("PYTORCH_NVCC")
+    assert "split_nvcc.py" in Path(os.environ["PYTORCH_NVCC"]).read_text()
 
 
 @pytest.mark.slow
-def test_a_bundled_candidate_with_torchs_headers_and_flags_splits_to_the_same_object(tmp_path):
+def test_a_bundled_candidate_with_torchs_headers_and_flags_splits_to_the_same_object(tmp_path, nvcc_environment):
     """The bundled CUDA leaky ReLU's .cu through the ninja file torch writes for it (its flags,
     torch's headers): once with nvcc, once through split_nvcc; the same object."""
     script = f"""
@@ -182,5 +228,6 @@ for name, nvcc in (("nvcc", None), ("split", sys.executable + " " + {str(SCRIPT)
     log = tmp_path / "nvcc.jsonl"
     subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True, timeout=900,
                    env={**os.environ, split_nvcc.LOG_ENV: str(log)})
-    assert json.loads(log.read_text())["path"] == "split"
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [entry["path"] for entry in entries] == ["split"], entries
     assert normalised(tmp_path / "split" / "cuda.cuda.o") == normalised(tmp_path / "nvcc" / "cuda.cuda.o")
