@@ -259,11 +259,18 @@ def install_split_nvcc() -> bool:
 
 def split_nvcc_command() -> Path:
     """An executable file that runs split_nvcc.py with this Python: one path, no arguments, since
-    some torch versions quote PYTORCH_NVCC as a single program name. Written into a fresh
-    temporary folder (the candidate's process can write its temporary folder; nvcc needs it too)."""
-    command = Path(tempfile.mkdtemp(prefix="cudaagent-nvcc-")) / "nvcc"
-    command.write_text(f"#!/bin/sh\nexec {shlex.join([sys.executable, str(Path(split_nvcc.__file__).resolve())])} \"$@\"\n")
-    command.chmod(0o755)
+    some torch versions quote PYTORCH_NVCC as a single program name. Kept beside the builds
+    (TORCH_EXTENSIONS_DIR, which the candidate's process writes anyway), one per Python and script,
+    written under a temporary name and renamed, so workers building at once never see half a file."""
+    text = f"#!/bin/sh\nexec {shlex.join([sys.executable, str(Path(split_nvcc.__file__).resolve())])} \"$@\"\n"
+    folder = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or tempfile.gettempdir()) / ".cudaagent-nvcc"
+    folder.mkdir(parents=True, exist_ok=True)
+    command = folder / f"nvcc-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    if not command.exists():
+        partial = folder / f".{command.name}.{os.getpid()}"
+        partial.write_text(text)
+        partial.chmod(0o755)
+        partial.replace(command)
     return command
 
 

@@ -61,3 +61,19 @@ def test_two_xdist_workers_on_one_gpu_never_time_at_once(tmp_path):
     assert len(holds) >= len(names) and len({holder for *_, holder in holds}) >= 2, holds
     for (_, released, _), (acquired, _, _) in zip(holds, holds[1:], strict=False):
         assert acquired >= released
+
+
+def test_split_nvcc_and_nvcc_give_the_same_verdicts_and_error_lines(tmp_path):
+    """split_nvcc (the default) against nvcc itself, each from an empty build cache: the bundled
+    candidate passes under both; one with an undeclared name fails to build under both, with the
+    front end's error line in Result.error."""
+    honest = CUDA_CANDIDATES / "leaky_relu.py"
+    broken = tmp_path / "broken_leaky_relu.py"
+    broken.write_text(honest.read_text().replace("v.x = v.x > 0.f", "v.x = undeclared > 0.f", 1))
+    for split in (False, True):
+        config = EvalConfig(device="cuda", timing=False, baselines=(), split_nvcc=split, cache_dir=tmp_path / f"cache-{split}")
+        passed = evaluate(PROBLEMS / "leaky_relu.py", honest, config)
+        assert passed.status == "passed", (split, passed.summary() + passed.log)
+        failed = evaluate(PROBLEMS / "leaky_relu.py", broken, config)
+        assert failed.status == "build_error", (split, failed.summary())
+        assert 'identifier "undeclared" is undefined' in failed.error, (split, failed.error)
