@@ -233,6 +233,7 @@ class Evaluation:
                     and not self._reference_repeats_itself(reference_worker, index):
                 self.result.nondeterministic_trials.append(index)
             self.result.trials.append(trial)
+        self._note_output_reuse(worker.request(("check_held",), self.config.run_timeout_s)["reused"])
         self.result.correct = all(trial.correct for trial in self.result.trials)
 
     def _checked_forward(self, worker: Worker, index: int, trial_set: dict, watched: bool) -> TrialResult:
@@ -243,7 +244,6 @@ class Evaluation:
         reply = worker.request(("forward", candidate_inputs, _nbytes(trial_set["outputs"]), trial_set["seed"], watched),
                                self.config.run_timeout_s)
         self._add_violations(reply["violations"] + reply["findings"])
-        self._note_output_reuse(reply["reused"])
         self._note_precision(reply["precision"])
         for position, (before, after) in enumerate(zip(trial_set["inputs"], reply["inputs_after"], strict=True)):
             if isinstance(before, torch.Tensor) and not same_values(before, after):

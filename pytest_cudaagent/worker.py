@@ -304,17 +304,22 @@ def serve_candidate(conn, spec: dict) -> None:
             outputs = guard(lambda: model(*device_inputs)) if watched else model(*device_inputs)
             clock.synchronize()
         report = inspect_outputs(outputs, device_inputs, device)
-        # Outputs of earlier calls are held (so their memory cannot be reused by the allocator):
-        # if one changed, forward wrote this call's answer into storage it had handed out before.
-        reused = [change for held, copies in state["held_outputs"] for change in storage_changes(held, copies)]
+        # Held (so the allocator cannot hand their memory out again) beside the copies taken now,
+        # until check_held compares them once, after the last trial.
         state["held_outputs"].append((outputs, report["outputs"]))
         return {
             **report,
             "inputs_after": _to_cpu(device_inputs),
             "findings": guard.findings.drain(),
-            "reused": reused,
             "precision": sorted(guard.findings.precision | tf32_switches(configured)),
         }
+
+    def check_held() -> dict:
+        """After the correctness calls: if an output handed out by one call has changed since,
+        a later call wrote its answer into storage already handed out. Once, after the last call,
+        rather than every held output at every call (quadratic in the calls, seconds for large
+        outputs on the H100): storage reused at any call is still overwritten at the end."""
+        return {"reused": [change for held, copies in state["held_outputs"] for change in storage_changes(held, copies)]}
 
     def warm(content_sets: list) -> dict:
         """Warm-up and profiled calls on the warm-up sets; these contents never come back."""
@@ -408,4 +413,5 @@ def serve_candidate(conn, spec: dict) -> None:
             "backend_settings": capture().to_dict(),  # in force when it was timed
         }
 
-    serve_requests(conn, {"construct": construct, "forward": forward, "warm": warm, "time": time_candidate})
+    serve_requests(conn, {"construct": construct, "forward": forward, "check_held": check_held, "warm": warm,
+                          "time": time_candidate})

@@ -83,6 +83,19 @@ def test_a_persistent_output_buffer_is_not_skipped_work(device):
     assert strict.status == "violation" and {v.rule for v in strict.violations} == {"output_reused"}, strict.summary()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_output_storage_reused_calls_later_is_found_once_the_trials_end(device):
+    """Triple-buffered outputs: a result is overwritten three calls after it was handed out, not
+    at the next call. The held outputs are compared once, after the last correctness call, and
+    still see it; a persistent workspace whose results are fresh storage is no reuse."""
+    rotating = evaluate(PROBLEM, HERE / "rotating_output_buffers.py", config_for(device, policy="strict", timing=False))
+    assert rotating.status == "violation" and {v.rule for v in rotating.violations} == {"output_reused"}, \
+        rotating.summary()
+    workspace = evaluate(PROBLEM, HERE / "persistent_workspace_fresh_output.py",
+                         config_for(device, policy="strict", timing=False))
+    assert workspace.passed and not workspace.violations and not workspace.warnings, workspace.summary()
+
+
 def test_a_few_elements_just_outside_tolerance_are_a_numerical_difference():
     timing = TimingConfig()
     expected = [torch.zeros(100_000)]
