@@ -123,11 +123,44 @@ class GpuUtilisation:
         return sum(self.samples) / len(self.samples) if self.samples else None
 
 
+def scored_so_far(futures: list, work_dir: Path) -> int:
+    """Candidates scored so far: the pool's finished futures, or the lines xdist's run has written
+    to its batches' results.jsonl (its futures finish only with the whole batch)."""
+    done = sum(future.done() for future in futures)
+    written = sum(sum(1 for line in path.read_text().splitlines() if line.strip())
+                  for path in work_dir.glob("batch-*/results.jsonl")) if work_dir.is_dir() else 0
+    return max(done, written)
+
+
+@contextlib.contextmanager
+def progress_log(path: Path, futures: list, work_dir: Path, every_s: float = 5.0):
+    """A line every `every_s` seconds (seconds since the start, candidates scored so far), so a
+    run cut short by its time limit still says how fast each scorer went."""
+    stop, started = threading.Event(), time.perf_counter()
+
+    def sample():
+        with open(path, "a") as log:
+            while not stop.wait(every_s):
+                log.write(json.dumps({"seconds": round(time.perf_counter() - started, 2),
+                                      "scored": scored_so_far(futures, work_dir)}) + "\n")
+                log.flush()
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def time_batches(scorer_name: str, environment, count: int, devices: list[str], work: Path, gpu: bool,
                  batches: int = 2) -> list[dict]:
-    """`batches` batches of `count` fresh candidates through one scorer; a row per batch."""
+    """`batches` batches of `count` fresh candidates through one scorer; a row per batch, and
+    `<work>/<scorer>-progress-<batch>.jsonl` while each runs."""
     from policy.trainer.rewards import build_scorer
 
+    work.mkdir(parents=True, exist_ok=True)
     scorer = build_scorer(environment, scorer_name, devices, work / scorer_name)
     rows = []
     try:
@@ -135,8 +168,10 @@ def time_batches(scorer_name: str, environment, count: int, devices: list[str], 
             tasks = environment.sample_tasks(count, random.Random(batch))
             monitor = GpuUtilisation() if gpu else None
             started = time.perf_counter()
-            with monitor or contextlib.nullcontext():
-                futures = [scorer.submit(task, [""]) for task in tasks]
+            futures: list = []
+            progress = progress_log(work / f"{scorer_name}-progress-{batch}.jsonl", futures, work / scorer_name)
+            with monitor or contextlib.nullcontext(), progress:
+                futures += [scorer.submit(task, [""]) for task in tasks]
                 scorer.flush()
                 rewards = [future.result() for future in futures]
             seconds = time.perf_counter() - started
