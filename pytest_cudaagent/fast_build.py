@@ -26,7 +26,6 @@ import signal
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,7 +34,6 @@ from pathlib import Path
 from . import split_nvcc
 from .config import PCH_BUILD_TIMEOUT_S
 from .locks import file_lock
-from .split_nvcc import REAL_NVCC_ENV
 
 PCH_HEADER = "cudaagent_pch.h"
 PCH_DONE = "done.json"
@@ -252,26 +250,15 @@ def install_split_nvcc() -> bool:
 
     if "PYTORCH_NVCC" in os.environ or not cpp_extension.CUDA_HOME:
         return False
-    os.environ[REAL_NVCC_ENV] = os.path.join(cpp_extension.CUDA_HOME, "bin", "nvcc")
-    os.environ["PYTORCH_NVCC"] = str(split_nvcc_command())
+    os.environ[split_nvcc.REAL_NVCC_ENV] = os.path.join(cpp_extension.CUDA_HOME, "bin", "nvcc")
+    os.environ["PYTORCH_NVCC"] = split_nvcc_command()
     return True
 
 
-def split_nvcc_command() -> Path:
-    """An executable file that runs split_nvcc.py with this Python: one path, no arguments, since
-    some torch versions quote PYTORCH_NVCC as a single program name. Kept beside the builds
-    (TORCH_EXTENSIONS_DIR, which the candidate's process writes anyway), one per Python and script,
-    written under a temporary name and renamed, so workers building at once never see half a file."""
-    text = f"#!/bin/sh\nexec {shlex.join([sys.executable, str(Path(split_nvcc.__file__).resolve())])} \"$@\"\n"
-    folder = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or tempfile.gettempdir()) / ".cudaagent-nvcc"
-    folder.mkdir(parents=True, exist_ok=True)
-    command = folder / f"nvcc-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
-    if not command.exists():
-        partial = folder / f".{command.name}.{os.getpid()}"
-        partial.write_text(text)
-        partial.chmod(0o755)
-        partial.replace(command)
-    return command
+def split_nvcc_command() -> str:
+    """The shell command that runs split_nvcc.py as a file with this Python (stdlib only: no
+    package, no torch imported before the compiler starts)."""
+    return shlex.join([sys.executable, str(Path(split_nvcc.__file__).resolve())])
 
 
 def install(pch_root: Path | None, split: bool = True) -> None:

@@ -119,8 +119,8 @@ def dry_run(nvcc: str, argv: list[str], scratch: str) -> tuple[dict[str, str], l
 
 def plan_of(environment: dict[str, str], steps: list[Step]) -> Plan | str:
     """Split nvcc's plan into the host chain (preprocess, cudafe++), the device chain (everything
-    else up to fatbinary and its clean-up) and the rest (the host compile); None when the plan is
-    not that shape."""
+    else up to fatbinary and its clean-up) and the rest (the host compile); when the plan is not
+    that shape, the reason why not."""
     tools = [step.tool for step in steps]
     unknown = sorted({tool for tool in tools if tool not in KNOWN_TOOLS})
     if unknown:
@@ -220,10 +220,9 @@ OTHER_DEPENDENCY_OPTIONS = re.compile(r"^(-M[A-Z]*|--generate-(nonsystem-)?depen
 def without_dependencies(argv: list[str]) -> tuple[list[str], list[str] | None] | str:
     """(the compile's arguments, a separate `nvcc -M` run's or None). torch's ninja file asks nvcc
     for a depfile with the compile (`-MD -MF F`, long: --generate-dependencies-with-compile
-    --dependency-output F),
-    which adds a step to nvcc's plan that only nvcc itself can run; `nvcc -M -MF F -MT <object>`
-    with the same options writes the same file, beside the split compile. Any other dependency
-    option: the reason this script leaves the build to nvcc."""
+    --dependency-output F), which adds a step to nvcc's plan that only nvcc itself can run;
+    `nvcc -M -MF F -MT <object>` with the same options writes the same file, beside the split
+    compile. Any other dependency option: the reason this script leaves the build to nvcc."""
     if not any(arg in WITH_COMPILE for arg in argv):
         if any(OTHER_DEPENDENCY_OPTIONS.match(arg) for arg in argv):
             return "dependency options other than torch's"
@@ -256,7 +255,6 @@ def run_split(nvcc: str, argv: list[str], log: dict) -> int | None:
         return None
     compile_argv, dependency_argv = arguments
     scratch = tempfile.mkdtemp(prefix="cudaagent-nvcc-")
-    dependencies = None
     try:
         planned = dry_run(nvcc, compile_argv, scratch)
         plan = plan_of(*planned) if planned else "nvcc's dry run failed or set variables between commands"
@@ -264,34 +262,25 @@ def run_split(nvcc: str, argv: list[str], log: dict) -> int | None:
             log["reason"] = f"nvcc's plan: {plan}"
             return None
         seconds = log.setdefault("seconds", {})
-        started = time.perf_counter()
-        if dependency_argv is not None:  # a third chain: it only preprocesses
-            dependencies = subprocess.Popen([nvcc, *dependency_argv], env={**os.environ, "TMPDIR": scratch},
-                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        with ThreadPoolExecutor(2) as pool:
+        # A third chain when a depfile is asked for: nvcc itself, preprocessing only.
+        dependencies = [Step(-1, shlex.join([nvcc, *dependency_argv]))] if dependency_argv is not None else []
+        with ThreadPoolExecutor(3) as pool:
             host = pool.submit(timed_chain, plan.host_chain, plan.environment, seconds, "host")
             device = pool.submit(timed_chain, plan.device_chain, plan.environment, seconds, "device")
-            host_ok, device_ok = host.result(), device.result()
-        if host_ok and device_ok:
-            if not same_module_ids(plan):
-                log["reason"] = "the host and device front ends named the module differently"
-                return None  # nvcc's own sequence decides
-            timed_chain(plan.rest, plan.environment, seconds, "rest")
+            if dependencies:
+                pool.submit(timed_chain, dependencies, {**os.environ, "TMPDIR": scratch}, seconds, "dependencies")
+            if host.result() and device.result():
+                if not same_module_ids(plan):
+                    log["reason"] = "the host and device front ends named the module differently"
+                    return None  # nvcc's own sequence decides
+                timed_chain(plan.rest, plan.environment, seconds, "rest")
         status = replay(plan.steps)
-        if dependencies is not None:
-            stdout, stderr = dependencies.communicate()
-            seconds["dependencies"] = round(time.perf_counter() - started, 3)
-            # A failed compile has said why already (its preprocessing is the same); a failed
-            # dependency run after a good compile is nvcc's failure too.
-            if status == 0 and dependencies.returncode != 0:
-                sys.stdout.buffer.write(stdout)
-                sys.stderr.buffer.write(stderr)
-                return dependencies.returncode
+        # A failed compile has said why already (its preprocessing is the same); a failed
+        # dependency run after a good compile is nvcc's failure too.
+        if status == 0 and dependencies and dependencies[0].returncode != 0:
+            return replay(dependencies)
         return status
     finally:
-        if dependencies is not None and dependencies.poll() is None:
-            dependencies.kill()
-            dependencies.wait()
         shutil.rmtree(scratch, ignore_errors=True)
 
 

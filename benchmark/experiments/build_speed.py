@@ -10,10 +10,8 @@ import argparse
 import inspect
 import os
 import resource
-import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,8 +21,14 @@ import pandas as pd
 
 from benchmark.experiments.throughput_templates import write_candidates
 from benchmark.leaderboard import markdown_table
-from pytest_cudaagent import EvalConfig, evaluate, split_nvcc
-from pytest_cudaagent.fast_build import ensure_pch, pch_dir, pch_variant, requested_variants
+from pytest_cudaagent import EvalConfig, evaluate
+from pytest_cudaagent.fast_build import (
+    ensure_pch,
+    pch_dir,
+    pch_variant,
+    requested_variants,
+    split_nvcc_command,
+)
 from pytest_cudaagent.files import (
     FIXED_BINDING_FILES,
     WORKSPACE_FILES_DIR,
@@ -199,7 +203,7 @@ def timed_steps(build: dict, fast: bool, root: Path | None, directory: Path) -> 
     # fast: the .cu through split_nvcc (what the candidate's worker sets up), plain: nvcc itself
     nvcc_before = os.environ.pop("PYTORCH_NVCC", None)
     if fast:
-        os.environ["PYTORCH_NVCC"] = shlex.join([sys.executable, str(Path(split_nvcc.__file__).resolve())])
+        os.environ["PYTORCH_NVCC"] = split_nvcc_command()
     cpp_extension._write_ninja_file_to_build_library(
         path=str(directory / "build.ninja"), name=build["name"], sources=build["sources"],
         extra_cflags=extra_cflags, extra_cuda_cflags=build["extra_cuda_cflags"] or [], extra_sycl_cflags=[],
@@ -287,7 +291,8 @@ def main() -> None:
             print(markdown_table(evaluated_table(pairs, scratch)))
         step_candidates = sorted((ROOT / "examples" / "candidates" / args.steps_of).glob("*.py"))
         step_candidates = [path for path in step_candidates if not args.only or path.stem in args.only]
-        print("\nCompile steps (torch's ninja file, arch 9.0+PTX as on an H100; fast: with the shared PCH):")
+        print("\nCompile steps (torch's ninja file, the machine's arch list or 9.0+PTX as on an H100; "
+              f"fast: the .cu through split_nvcc{'' if args.no_pch else ', the C++ with the shared PCH'}):")
         print(markdown_table(steps_table(step_candidates, scratch, pch=not args.no_pch)))
 
 

@@ -256,11 +256,9 @@ def main(argv=None) -> int:
         environment = FixedAnswerEnvironment(problems, device="cpu" if args.cpu else "cuda", eval_options=eval_options,
                                              answers=tuple(answers), fresh=True)
         rows = []
-        for scorer in scorers:  # each scorer's rows printed as they come (a cut-short run still says something)
+        for scorer in scorers:  # the table so far after each scorer (a cut-short run still says something)
             rows += time_batches(scorer, environment, args.count, devices, args.out / "latency", bool(gpus), args.batches)
             print(pd.DataFrame(rows).to_string(index=False, float_format=lambda value: f"{value:.2f}"), flush=True)
-        latency = pd.DataFrame(rows)
-        print(latency.to_string(index=False, float_format=lambda value: f"{value:.2f}"))
         report["latency"] = rows
 
     if "ppo" not in args.skip:
