@@ -1,4 +1,5 @@
-"""The parent's side of a worker process: spawn, private pipe, deadlines, memory cap, log capture."""
+"""The parent's side of a worker process: start (forked from the zygote, else spawned), private
+pipe, deadlines, memory cap, log capture."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import psutil
 import torch.multiprocessing as torch_mp
 
+from . import zygote
 from .lifetime import lead_session_and_reap_it
 from .sandbox import PROCESS_WATCH_EXIT
 
@@ -36,10 +38,12 @@ class WorkerFailure(Exception):
 
 
 class Worker:
-    """A spawned child running `target(conn, spec)`. Requests and replies travel on a pipe that
-    only the two processes hold; stdout and stderr go to a log file, never to the verdict.
-    The child and everything it starts die with the thread that made the Worker (see lifetime),
-    so a Worker is closed by the thread that opened it."""
+    """A child process running `target(conn, spec)`: forked from the zygote (zygote.py: torch and
+    the workers' modules already imported), else spawned. Requests and replies travel on a pipe
+    that only the two processes hold; stdout and stderr go to a log file, never to the verdict.
+    The child and everything it starts die with the zygote, which ends with this process; a
+    spawned child dies with the thread that made the Worker (see lifetime), so a Worker is closed
+    by the thread that opened it."""
 
     def __init__(self, target, spec: dict, memory_cap_gb: float, env: dict[str, str] | None = None):
         self._log_dir = tempfile.TemporaryDirectory(prefix="cudaagent-")
@@ -47,8 +51,18 @@ class Worker:
         spec = {**spec, "log_path": str(self.log_path), "env": env or {}}
         context = torch_mp.get_context("spawn")
         self.conn, child_conn = context.Pipe()
-        self.process = context.Process(target=_child_main, args=(target, child_conn, spec, os.getpid()), daemon=True)
-        self.process.start()
+        self.start_method = "spawn"
+        self.start_error = ""  # why the zygote could not fork this one, when it could not
+        if zygote.can_fork(target):
+            try:
+                self.process = zygote.start(_forked_main, (target, spec), child_conn)
+                self.start_method = "zygote"
+            except zygote.ZygoteUnavailable as error:
+                self.start_error = str(error)
+        if self.start_method == "spawn":
+            self.process = context.Process(target=_child_main, args=(target, child_conn, spec, os.getpid()),
+                                           daemon=True)
+            self.process.start()
         child_conn.close()
         self.memory_cap_bytes = memory_cap_gb * 1024**3
         self.peak_rss_bytes = 0
@@ -160,6 +174,11 @@ class Worker:
 def _child_main(target, conn, spec: dict, parent_pid: int) -> None:
     lead_session_and_reap_it(parent_pid)
     target(conn, spec)
+
+
+def _forked_main(conn, zygote_pid: int, target, spec: dict) -> None:
+    """In a child of the zygote: as a spawned one, dying with the zygote rather than with us."""
+    _child_main(target, conn, spec, zygote_pid)
 
 
 def redirect_stdio(log_path: str) -> None:

@@ -117,6 +117,10 @@ class Evaluation:
         finally:
             for side, worker in self._workers.items():
                 result.profile.update({f"{side}.{label}": seconds for label, seconds in worker.seconds.items()})
+                # How each worker started: forked from the zygote, or spawned (and why, if the
+                # zygote could not fork it).
+                result.env.setdefault("workers", {})[side] = (
+                    f"{worker.start_method}: {worker.start_error}" if worker.start_error else worker.start_method)
             result.profile = {label: round(seconds, 4) for label, seconds in result.profile.items()}
             if candidate_worker is not None:
                 result.log = candidate_worker.log_tail()

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_cudaagent import evaluate
+from pytest_cudaagent import evaluate, zygote
 from pytest_cudaagent.baseline_cache import BaselineCache
 from pytest_cudaagent.config import SandboxLimits, TimingConfig
 from pytest_cudaagent.result import TimingStats
@@ -35,9 +35,12 @@ def full_sandbox():
 
 
 def evaluation_processes() -> set[int]:
-    """This process's descendants, less multiprocessing's resource tracker (one per process)."""
+    """This process's descendants, less multiprocessing's resource tracker (one per process) and
+    the worker zygotes (one per environment, kept for the next evaluation; whatever a candidate
+    leaves running would be below one of them, and is counted)."""
+    zygotes = set(zygote.running_pids())
     return {p.pid for p in psutil.Process().children(recursive=True)
-            if "resource_tracker" not in " ".join(p.cmdline())}
+            if "resource_tracker" not in " ".join(p.cmdline()) and p.pid not in zygotes}
 
 
 def attack(name: str, target, monkeypatch, **overrides):

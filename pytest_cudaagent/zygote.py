@@ -1,0 +1,325 @@
+"""Worker processes forked from a zygote: a process that has imported torch and the workers'
+modules once, and forks a fresh child for each worker (#21: `import torch` alone took 4.5 s per
+worker on the H100 machine; a fork takes milliseconds).
+
+Isolation is what it was with a spawned worker. Each candidate still runs in a new process,
+confined (sandbox.py) before any of its code is imported; the zygote never runs a candidate's code
+nor imports a problem, and holds no CUDA context (a child opens its own; a forked context is
+unusable). The zygote forks only on requests over a socket pair that it and this process alone
+hold: multiprocessing's forkserver listens on a filesystem socket, which a confined candidate
+could connect to and ask for an unconfined process. Each child closes every descriptor but its
+own pipe before anything else runs, and reseeds what fork would share (numpy's global generator;
+Python's `random` reseeds itself).
+
+One zygote per environment: modules read some variables when imported, so a process whose
+environment changed since its zygote started gets a new one (the old one ends once its children
+have). `CUDAAGENT_ZYGOTE=0` spawns every worker fresh instead, as before (and on other systems)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+from multiprocessing import reduction, util
+from multiprocessing.connection import Connection
+
+# Imported once in the zygote: what every worker imports before its first request, and what the
+# candidate's worker imports before the candidate (the guards' references predate its code).
+# torch._dynamo alone took 4.3 s on the H100 machine. Left out: torch._inductor, which may start
+# compile workers a fork would not carry, and torch.utils.cpp_extension, which asks the CUDA
+# runtime for the device count when imported: that poisons fork (every child then fails with
+# "Cannot re-initialize CUDA in forked subprocess") and starts the driver's threads
+# (benchmark/experiments/zygote_fork_check.py shows which import does).
+PRELOAD = ("numpy", "torch", "torch._dynamo", "triton", "triton.language",
+           "pytest_cudaagent.worker", "pytest_cudaagent.guards", "pytest_cudaagent.timer",
+           "pytest_cudaagent.provenance", "pytest_cudaagent.outputs", "pytest_cudaagent.memory",
+           "pytest_cudaagent.locks", "pytest_cudaagent.conventions", "pytest_cudaagent.files",
+           "pytest_cudaagent.compare", "pytest_cudaagent.backend_settings", "pytest_cudaagent.sandbox",
+           "pytest_cudaagent.static_scan", "pytest_cudaagent.rules")
+ENABLE_ENV = "CUDAAGENT_ZYGOTE"
+READY_TIMEOUT_S = 600.0  # the first fork waits for the imports (tens of seconds on a cold disk)
+_STATUS = struct.Struct("i")
+
+
+class ZygoteUnavailable(Exception):
+    """The zygote cannot fork here (it died, or could not import without touching CUDA)."""
+
+
+def enabled() -> bool:
+    return sys.platform.startswith("linux") and os.environ.get(ENABLE_ENV, "1") != "0"
+
+
+def can_fork(function) -> bool:
+    """A function the child can find by name: not one of a script's `__main__`."""
+    return enabled() and getattr(function, "__module__", "__main__") != "__main__"
+
+
+def start(function, args: tuple, child_conn: Connection) -> ZygoteProcess:
+    """Fork a child that runs `function(conn, zygote_pid, *args)` on its end of the pipe
+    (`child_conn`, which the caller then closes). The child's sys.path and working directory are
+    this process's now; its environment is this process's (its zygote started with it)."""
+    environment = tuple(sorted(os.environ.items()))
+    payload = bytes(reduction.ForkingPickler.dumps((function, args)))
+    with _lock:
+        zygote = _zygotes.get(environment)
+        if zygote is None or not zygote.alive():
+            zygote = _zygotes[environment] = _Zygote()
+        _end_idle(keep=zygote)
+    try:
+        return zygote.fork(payload, child_conn.fileno())
+    except (OSError, EOFError) as error:  # it died meanwhile: one more, then say so
+        with _lock:
+            zygote = _zygotes[environment] = _Zygote()
+        try:
+            return zygote.fork(payload, child_conn.fileno())
+        except (OSError, EOFError):
+            raise ZygoteUnavailable(f"the worker zygote died twice ({error}); set {ENABLE_ENV}=0 to spawn "
+                                    "workers instead") from None
+
+
+def running_pids() -> list[int]:
+    """The pids of this process's live zygotes (tests check none outlives its evaluator)."""
+    with _lock:
+        return [zygote.process.pid for zygote in _zygotes.values() if zygote.alive()]
+
+
+class ZygoteProcess:
+    """The evaluator's handle on a forked child, as much of multiprocessing.Process as the
+    Worker uses. The zygote reaps the child and writes its exit code into a pipe held here."""
+
+    def __init__(self, pid: int, status_fd: int):
+        self.pid = pid
+        self._status_fd: int | None = status_fd
+        self.exitcode: int | None = None
+
+    def _poll(self, timeout_s: float | None = 0) -> None:
+        if self._status_fd is None:
+            return
+        if not select.select([self._status_fd], [], [], timeout_s)[0]:
+            return
+        data = os.read(self._status_fd, _STATUS.size)
+        # Nothing written: the zygote died first, and its children were SIGKILLed with it.
+        self.exitcode = _STATUS.unpack(data)[0] if len(data) == _STATUS.size else -signal.SIGKILL
+        self.close()
+
+    def is_alive(self) -> bool:
+        self._poll()
+        return self.exitcode is None
+
+    def join(self, timeout: float | None = None) -> None:
+        self._poll(timeout)
+
+    def kill(self) -> None:
+        if self.is_alive():  # not yet reaped by the zygote, so the pid is still this child's
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def close(self) -> None:
+        if self._status_fd is not None:
+            os.close(self._status_fd)
+            self._status_fd = None
+
+    def __del__(self):
+        self.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# The evaluator's side
+
+_lock = threading.Lock()
+_zygotes: dict[tuple, _Zygote] = {}
+
+
+def _end_idle(keep: _Zygote) -> None:
+    """Zygotes of an earlier environment end once none of their children lives."""
+    for environment, zygote in list(_zygotes.items()):
+        if zygote is not keep and not zygote.busy():
+            zygote.close()
+            del _zygotes[environment]
+
+
+class _Zygote:
+    def __init__(self):
+        import torch.multiprocessing as torch_mp
+
+        context = torch_mp.get_context("spawn")
+        self.control, child_end = context.Pipe()
+        self.process = context.Process(target=_zygote_main, args=(child_end, PRELOAD), daemon=True,
+                                       name="cudaagent-zygote")
+        self.process.start()
+        child_end.close()
+        self.report: dict | None = None  # the zygote's first message, once its imports are done
+        self.children: list[ZygoteProcess] = []
+        self._fork_lock = threading.Lock()
+
+    def alive(self) -> bool:
+        return self.process.is_alive() and not self.control.closed
+
+    def busy(self) -> bool:
+        self.children = [child for child in self.children if child.is_alive()]
+        return bool(self.children)
+
+    def fork(self, payload: bytes, conn_fd: int) -> ZygoteProcess:
+        with self._fork_lock:
+            if self.report is None:
+                self.report = self._receive(READY_TIMEOUT_S, "finish its imports")
+                if self.report["fork_poisoned"]:
+                    raise ZygoteUnavailable("an import of the zygote touched CUDA, so its children could not "
+                                            "use the GPU (benchmark/experiments/zygote_fork_check.py says which)")
+            status_read, status_write = os.pipe()
+            try:
+                self.control.send((list(sys.path), os.getcwd(), payload))
+                with socket.socket(fileno=os.dup(self.control.fileno())) as channel:
+                    reduction.sendfds(channel, [conn_fd, status_write])
+            finally:
+                os.close(status_write)
+            pid = self._receive(60, "fork")["pid"]
+            child = ZygoteProcess(pid, status_read)
+            self.children.append(child)
+            return child
+
+    def _receive(self, timeout_s: float, what: str) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while not self.control.poll(0.1):
+            if not self.process.is_alive():
+                raise EOFError(f"the worker zygote exited with code {self.process.exitcode}")
+            if time.monotonic() > deadline:
+                raise ZygoteUnavailable(f"the worker zygote did not {what} within {timeout_s:.0f} s")
+        return self.control.recv()
+
+    def close(self) -> None:
+        self.control.close()  # the zygote reads end-of-file and exits
+        self.process.join(timeout=5)
+
+
+# ----------------------------------------------------------------------------------------------
+# The zygote
+
+
+def _zygote_main(control: Connection, preload: tuple[str, ...]) -> None:
+    """Import, then fork on request until the evaluator closes its end (or dies: the same
+    end-of-file). Its children die with it (PDEATHSIG, set by each child)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C ends the evaluator, which ends this
+    failed = {}
+    for name in preload:
+        try:
+            __import__(name)
+        except ImportError as error:  # triton where it is not installed: the worker says so itself
+            failed[name] = str(error)
+    control.send({"failed": failed, "threads": len(os.listdir("/proc/self/task")),
+                  "fork_poisoned": _fork_poisoned()})
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes the select below
+    statuses: dict[int, int] = {}  # child pid -> the write end of its exit-status pipe
+    while True:
+        ready = select.select([control, wake_read], [], [])[0]
+        if wake_read in ready:
+            os.read(wake_read, 4096)
+            _reap(statuses)
+        if control not in ready:
+            continue
+        try:
+            sys_path, cwd, payload = control.recv()
+            with socket.socket(fileno=os.dup(control.fileno())) as channel:
+                conn_fd, status_fd = reduction.recvfds(channel, 2)
+        except (EOFError, OSError):
+            return
+        zygote_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            _child(control, [wake_read, wake_write, status_fd, *statuses.values()], conn_fd,
+                   zygote_pid, sys_path, cwd, payload)
+        os.close(conn_fd)
+        statuses[pid] = status_fd
+        control.send({"pid": pid})
+        _reap(statuses)
+
+
+def _fork_poisoned() -> bool:
+    """Whether a child forked now could not use CUDA: an import initialised it, or asked the
+    CUDA runtime for the device count (torch then marks every forked child as unable to)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    if torch.cuda.is_initialized():
+        return True
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) != 0
+
+
+def _reap(statuses: dict[int, int]) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        status_fd = statuses.pop(pid, None)
+        if status_fd is not None:
+            os.write(status_fd, _STATUS.pack(os.waitstatus_to_exitcode(status)))
+            os.close(status_fd)
+
+
+def _child(control: Connection, zygote_fds: list[int], conn_fd: int, zygote_pid: int,
+           sys_path: list[str], cwd: str, payload: bytes) -> None:
+    """In the forked child: shed everything of the zygote's, then run the function; never returns."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        control.close()
+        for fd in zygote_fds:
+            os.close(fd)
+        _close_fds_except({0, 1, 2, conn_fd})
+        util._run_after_forkers()  # multiprocessing's own state after a fork (its resource sharer)
+        sys.path[:] = sys_path
+        os.chdir(cwd)
+        _reseed()
+        function, args = pickle.loads(payload)
+        function(Connection(conn_fd), zygote_pid, *args)
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
+def _close_fds_except(keep: set[int]) -> None:
+    """Every descriptor the zygote had open, but `keep`: no way back to it or to another child."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:  # the listing's own descriptor, closed by now
+                pass
+
+
+def _reseed() -> None:
+    """Generators a fork would share with every sibling; a spawned process seeds them afresh."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(int.from_bytes(os.urandom(4), "little"))

@@ -1,0 +1,154 @@
+"""Workers forked from the zygote (pytest_cudaagent/zygote.py): as fresh and as private as a
+spawned worker, and no process of it outlives the evaluator."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pytest_cudaagent import zygote
+from pytest_cudaagent.channel import Worker, WorkerDied
+from tests.evaluator.zygote_targets import report_descriptors, report_surroundings, try_the_zygote_socket
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote is Linux's")
+
+
+@pytest.fixture
+def worker_of():
+    started = []
+
+    def make(target) -> Worker:
+        worker = Worker(target, {}, memory_cap_gb=4)
+        started.append(worker)
+        return worker
+
+    yield make
+    for worker in started:
+        worker.close()
+
+
+def test_a_forked_worker_holds_no_descriptor_but_its_own_pipe(worker_of):
+    worker = worker_of(report_descriptors)
+    reply = worker.receive(120)
+    assert worker.start_method == "zygote", worker.start_error
+    fds = reply["fds"]
+    # stdin, stdout and stderr, and its end of the pipe: nothing of the zygote's (its control
+    # socket would let a candidate ask for an unconfined process), nothing of a sibling's.
+    assert set(fds) == {0, 1, 2, reply["conn"]}, fds
+    assert fds[reply["conn"]] == "socket"
+
+
+def test_a_sandboxed_candidate_finds_no_socket_to_ask(worker_of):
+    worker = worker_of(try_the_zygote_socket)
+    assert worker.receive(120)["answered"] == []
+
+
+def test_a_forked_worker_sees_the_environment_directory_and_path_of_now(worker_of, monkeypatch, tmp_path):
+    first = worker_of(report_surroundings).receive(120)
+    monkeypatch.setenv("CUDAAGENT_TEST_MARK", "set after the zygote started")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    worker = worker_of(report_surroundings)
+    now = worker.receive(120)
+    assert worker.start_method == "zygote", worker.start_error
+    assert first["mark"] is None
+    assert now["mark"] == "set after the zygote started"
+    assert now["cwd"] == str(tmp_path)
+    assert now["sys_path"][0] == str(tmp_path)
+    # a new environment, a new zygote (modules read some variables when imported)
+    assert now["parent"] != first["parent"]
+
+
+def test_forked_siblings_draw_different_random_numbers(worker_of):
+    replies = [worker_of(report_surroundings).receive(120) for _ in range(2)]
+    assert replies[0]["numpy"] != replies[1]["numpy"]
+    assert replies[0]["random"] != replies[1]["random"]
+
+
+def test_the_zygote_of_an_earlier_environment_ends_once_idle(worker_of, monkeypatch):
+    first = worker_of(report_surroundings)
+    first_zygote = first.receive(120)["parent"]
+    monkeypatch.setenv("CUDAAGENT_TEST_MARK", "another environment")
+    second = worker_of(report_surroundings)
+    second_zygote = second.receive(120)["parent"]
+    # The first zygote still has a live child (the first worker): it stays.
+    assert {first_zygote, second_zygote} <= set(zygote.running_pids())
+    first.close()
+    second.close()
+    monkeypatch.setenv("CUDAAGENT_TEST_MARK", "a third environment")
+    worker_of(report_surroundings).receive(120)
+    running = zygote.running_pids()
+    assert first_zygote not in running and second_zygote not in running
+    assert not psutil.pid_exists(first_zygote) or psutil.Process(first_zygote).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_killed_zygote_takes_its_workers_and_is_replaced(worker_of):
+    worker = worker_of(report_surroundings)
+    parent = worker.receive(120)["parent"]
+    assert parent in zygote.running_pids()
+    os.kill(parent, signal.SIGKILL)
+    with pytest.raises(WorkerDied):
+        worker.receive(30)
+    assert worker.process.exitcode == -signal.SIGKILL
+    again = worker_of(report_surroundings)
+    assert again.start_method == "zygote", again.start_error
+    assert again.receive(120)["parent"] != parent
+
+
+def test_without_the_zygote_workers_are_spawned(worker_of, monkeypatch):
+    monkeypatch.setenv(zygote.ENABLE_ENV, "0")
+    worker = worker_of(report_surroundings)
+    reply = worker.receive(120)
+    assert worker.start_method == "spawn"
+    assert reply["parent"] == os.getpid()
+
+
+def test_a_target_of_a_script_main_is_spawned():
+    def local_target(conn, spec):  # pragma: no cover - never run; only its module matters
+        pass
+
+    local_target.__module__ = "__main__"
+    assert not zygote.can_fork(local_target)
+    assert zygote.can_fork(report_surroundings)
+
+
+def test_a_zygote_whose_imports_touched_cuda_is_not_forked_from(worker_of, monkeypatch):
+    monkeypatch.setattr(zygote, "PRELOAD", (*zygote.PRELOAD, "tests.evaluator.poisoning_import"))
+    monkeypatch.setenv("CUDAAGENT_TEST_MARK", "a zygote with the poisoning import")
+    worker = worker_of(report_surroundings)
+    reply = worker.receive(120)
+    assert worker.start_method == "spawn"
+    assert "touched CUDA" in worker.start_error
+    assert reply["parent"] == os.getpid()
+
+
+def test_an_evaluation_says_how_its_workers_started():
+    from pytest_cudaagent import evaluate
+    from tests.helpers import TEST_PROBLEMS, cpu_config
+
+    problem = TEST_PROBLEMS / "small_leaky_relu.py"
+    candidate = Path(__file__).parents[1] / "adversarial" / "sandbox_candidates" / "honest_torch.py"
+    result = evaluate(problem, candidate, cpu_config(policy="permissive", trials=1))
+    assert result.passed, result.summary()
+    assert result.env["workers"] == {"reference": "zygote", "candidate": "zygote"}
+
+
+def test_the_zygote_ends_when_its_evaluator_ends(tmp_path):
+    """Closing the zygote's pipe (what the kernel does when the evaluator dies) ends it."""
+    worker = Worker(report_surroundings, {}, memory_cap_gb=4)
+    parent = worker.receive(120)["parent"]
+    worker.close()
+    with zygote._lock:
+        owned = [z for z in zygote._zygotes.values() if z.process.pid == parent]
+    assert owned
+    owned[0].close()
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(parent) and psutil.Process(parent).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the zygote outlived its closed pipe"
+        time.sleep(0.1)
