@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
-
-import os
 
 import pandas as pd
 from rich.console import Console

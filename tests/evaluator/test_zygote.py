@@ -14,7 +14,11 @@ import pytest
 
 from pytest_cudaagent import zygote
 from pytest_cudaagent.channel import Worker, WorkerDied
-from tests.evaluator.zygote_targets import report_descriptors, report_surroundings, try_the_zygote_socket
+from tests.evaluator.zygote_targets import (
+    report_descriptors,
+    report_surroundings,
+    try_the_zygote_socket,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote is Linux's")
 
