@@ -98,16 +98,27 @@ class ZygoteProcess:
         self.pid = pid
         self._status_fd: int | None = status_fd
         self.exitcode: int | None = None
+        # Polled from more than one thread (a pool's stopping thread kills what another closes).
+        self._lock = threading.Lock()
 
     def _poll(self, timeout_s: float | None = 0) -> None:
-        if self._status_fd is None:
-            return
-        if not select.select([self._status_fd], [], [], timeout_s)[0]:
-            return
-        data = os.read(self._status_fd, _STATUS.size)
-        # Nothing written: the zygote died first, and its children were SIGKILLed with it.
-        self.exitcode = _STATUS.unpack(data)[0] if len(data) == _STATUS.size else -signal.SIGKILL
-        self.close()
+        """Read the exit code if it has come, waiting up to `timeout_s` (None: until it does),
+        in short waits so another thread is never held up for long."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                if self._status_fd is None:
+                    return
+                left = 0.05 if deadline is None else min(0.05, max(0.0, deadline - time.monotonic()))
+                if select.select([self._status_fd], [], [], left)[0]:
+                    data = os.read(self._status_fd, _STATUS.size)
+                    # Nothing written: the zygote died first, and its children were SIGKILLed with it.
+                    self.exitcode = _STATUS.unpack(data)[0] if len(data) == _STATUS.size else -signal.SIGKILL
+                    os.close(self._status_fd)
+                    self._status_fd = None
+                    return
+            if deadline is not None and time.monotonic() >= deadline:
+                return
 
     def is_alive(self) -> bool:
         self._poll()
@@ -124,12 +135,14 @@ class ZygoteProcess:
                 pass
 
     def close(self) -> None:
-        if self._status_fd is not None:
-            os.close(self._status_fd)
-            self._status_fd = None
+        with self._lock:
+            if self._status_fd is not None:
+                os.close(self._status_fd)
+                self._status_fd = None
 
     def __del__(self):
-        self.close()
+        if hasattr(self, "_lock"):
+            self.close()
 
 
 # ----------------------------------------------------------------------------------------------

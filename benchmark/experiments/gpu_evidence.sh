@@ -115,7 +115,7 @@ run_section() {
     sandbox-launches) python3 -m benchmark.experiments.sandbox_layers --launches --json "$OUT/sandbox_launches.json" ;;
     # Where a warm load_inline's seconds go (import torch, CUDA's start, the candidate's import).
     warm-load) python3 -m benchmark.experiments.warm_load ;;
-    phase-profile) python3 -m benchmark.experiments.phase_profile --device cuda --repeats 2 --json "$OUT/phase_profile.json" ;;
+    phase-profile) python3 -m benchmark.experiments.phase_profile --device cuda --repeats 2 --workers ${PHASE_WORKERS:-zygote} --json "$OUT/phase_profile.json" ;;
     # Every bundled CUDA candidate through `cudaagent verify`, in parallel: builds overlap,
     # timings queue on the GPU lock.
     verify) nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv

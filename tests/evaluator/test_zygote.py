@@ -15,6 +15,7 @@ import pytest
 from pytest_cudaagent import zygote
 from pytest_cudaagent.channel import Worker, WorkerDied
 from tests.evaluator.zygote_targets import (
+    report_and_stay,
     report_descriptors,
     report_surroundings,
     try_the_zygote_socket,
@@ -76,10 +77,10 @@ def test_forked_siblings_draw_different_random_numbers(worker_of):
 
 
 def test_the_zygote_of_an_earlier_environment_ends_once_idle(worker_of, monkeypatch):
-    first = worker_of(report_surroundings)
+    first = worker_of(report_and_stay)
     first_zygote = first.receive(120)["parent"]
     monkeypatch.setenv("CUDAAGENT_TEST_MARK", "another environment")
-    second = worker_of(report_surroundings)
+    second = worker_of(report_and_stay)
     second_zygote = second.receive(120)["parent"]
     # The first zygote still has a live child (the first worker): it stays.
     assert {first_zygote, second_zygote} <= set(zygote.running_pids())
@@ -103,6 +104,31 @@ def test_a_killed_zygote_takes_its_workers_and_is_replaced(worker_of):
     again = worker_of(report_surroundings)
     assert again.start_method == "zygote", again.start_error
     assert again.receive(120)["parent"] != parent
+
+
+def test_a_worker_killed_and_closed_from_two_threads_at_once_ends_cleanly(worker_of):
+    """A pool's stopping thread kills the workers that its serving threads are closing."""
+    import threading
+
+    workers = [worker_of(report_and_stay) for _ in range(3)]
+    for worker in workers:
+        worker.receive(120)
+    errors = []
+
+    def run(action):
+        try:
+            action()
+        except BaseException as error:  # noqa: BLE001 - collected for the assertion
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(action,)) for worker in workers
+               for action in (worker.kill, worker.close, worker.kill)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    assert all(worker.process.exitcode is not None for worker in workers)
 
 
 def test_without_the_zygote_workers_are_spawned(worker_of, monkeypatch):

@@ -28,6 +28,15 @@ def report_surroundings(conn, spec: dict) -> None:
                "pid": os.getpid(), "parent": os.getppid()})
 
 
+def report_and_stay(conn, spec: dict) -> None:
+    """report_surroundings, then alive until the evaluator closes the pipe."""
+    report_surroundings(conn, spec)
+    try:
+        conn.recv()
+    except EOFError:
+        pass
+
+
 def try_the_zygote_socket(conn, spec: dict) -> None:
     """An attacker's move: ask every socket it holds, but its own pipe, to fork something."""
     answered = []
