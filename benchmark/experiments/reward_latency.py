@@ -249,6 +249,7 @@ def main(argv=None) -> int:
         return 2
     devices = ["cpu"] * args.cpu_workers if args.cpu else [f"cuda:{i % gpus}" for i in range(args.workers or gpus)]
     scorers = args.scorers.split(",")
+    args.out.mkdir(parents=True, exist_ok=True)  # the PPO part alone writes its launch log there first
     answers, eval_options, problems = benchmark_answers(args.quick, args.out)
     report: dict = {"machine": torch.cuda.get_device_name(0) if gpus else "cpu", "gpus": gpus, "devices": devices}
 
