@@ -115,6 +115,12 @@ run_section() {
     sandbox-launches) python3 -m benchmark.experiments.sandbox_layers --launches --json "$OUT/sandbox_launches.json" ;;
     # Where a warm load_inline's seconds go (import torch, CUDA's start, the candidate's import).
     warm-load) python3 -m benchmark.experiments.warm_load ;;
+    # #21: KernelBench's eval and `cudaagent bench --no-timing` on the same pairs, cold, WORKERS at once;
+    # SIDES=kernelbench then SIDES=ours in two calls (each side's JSON stays in /tmp/side-by-side).
+    # shellcheck disable=SC2086  # one argument per word
+    side-by-side) python3 -m benchmark.experiments.eval_side_by_side --kernelbench "${KERNELBENCH:-.kernelbench}" \
+                    --work /tmp/side-by-side --sides "${SIDES:-kernelbench,ours}" --workers "${WORKERS:-14}" \
+                    --json "$OUT/side_by_side.json" ${SIDE_ARGS:-} ;;
     phase-profile) python3 -m benchmark.experiments.phase_profile --device cuda --repeats 2 --workers ${PHASE_WORKERS:-zygote} --json "$OUT/phase_profile.json" ;;
     # Every bundled CUDA candidate through `cudaagent verify`, in parallel: builds overlap,
     # timings queue on the GPU lock.
@@ -170,7 +176,7 @@ run_section() {
     throughput-report) python3 -m benchmark.experiments.harness_throughput --device cuda --work /tmp/throughput --phase report \
                          --json "$OUT/throughput.json" ;;
     *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests gpu-tests-core gpu-tests-rest gpu-tests differential compat-bench speed-fidelity" \
-            "l2 sandbox faults reward build-speed warm-load baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
+            "l2 sandbox faults reward build-speed warm-load side-by-side baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
             "throughput-harness throughput-sequential throughput-wait throughput-report"
        return 2 ;;
   esac

@@ -1,0 +1,196 @@
+"""#21's side by side: KernelBench's own `eval_kernel_against_ref` and `cudaagent bench --no-timing`
+on the same pairs, every cache empty, the same number of workers, one after the other on one
+machine; prints both wall times, each side's time per evaluation (ours split into the build and
+what is outside it) and how often the two agree on correctness.
+
+    python -m benchmark.experiments.eval_side_by_side --kernelbench .kernelbench/ --work DIR \\
+        [--workers 14] [--sides kernelbench,ours] [--pairs PROBLEMS_DIR CANDIDATES_DIR]... \\
+        [--against PROBLEM CANDIDATES_DIR]... [--results KB_RESULTS_DIR] [--release v0.1|main] [--json FILE]
+
+Pairs are chosen as kernelbench_differential chooses them (its default set without any option).
+Each side writes `<work>/<side>.json` when it ends, so the two may run in separate calls of a
+time-limited device (`--sides kernelbench`, then `--sides ours`); the table is printed from every
+side found in --work. KernelBench's side needs CUDA; ours runs on `--device` (cpu to try the script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from benchmark.batch import BatchSettings, run_batch
+from benchmark.experiments.harness_throughput import fresh_cache_env
+from benchmark.experiments.kernelbench_differential import (
+    RELEASES,
+    TRIALS,
+    collect_pairs,
+    kb_outcome,
+    our_outcome,
+    run_kernelbench,
+)
+from pytest_cudaagent.pairing import Pair
+
+SIDES = ("kernelbench", "ours")
+
+
+def _timed_kernelbench(checkout: str, release: str, problem: str, candidate: str, build_root: str) -> dict:
+    """One KernelBench evaluation in a pool process (which starts a process of its own for it)."""
+    began = time.perf_counter()
+    reply = run_kernelbench(Path(checkout), release, Pair(Path(problem), Path(candidate)), Path(build_root))
+    outcome, detail = kb_outcome(reply)
+    return {"problem": problem, "candidate": candidate, "outcome": outcome, "detail": detail[:300],
+            "seconds": time.perf_counter() - began}
+
+
+def run_kernelbench_side(pairs: list[Pair], checkout: Path, release: str, workers: int, work: Path) -> dict:
+    build_root = work / "kernelbench-builds"
+    build_root.mkdir(parents=True, exist_ok=True)
+    # Its builds land in build_root (one directory per pair); the rest of torch's caches are empty too.
+    os.environ.update(fresh_cache_env(work / "kernelbench-caches"))
+    began = time.perf_counter()
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        rows = list(pool.map(_timed_kernelbench, *zip(*[(str(checkout), release, str(pair.problem),
+                                                          str(pair.candidate), str(build_root)) for pair in pairs],
+                                                        strict=True)))
+    return {"side": "kernelbench", "workers": workers, "wall_s": time.perf_counter() - began, "rows": rows}
+
+
+def run_our_side(pairs: list[Pair], release: str, workers: int, work: Path, device: str, console: Console) -> dict:
+    os.environ.update(fresh_cache_env(work / "ours-caches"))
+    settings = BatchSettings(device=device, workers=workers, trials=TRIALS, baselines=(), timing=False,
+                             policy="permissive", tolerance=RELEASES[release][1], convention="kernelbench")
+    results_path = work / "ours" / "results.jsonl"
+    results_path.unlink(missing_ok=True)  # a side is always measured from nothing
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+    outcome = run_batch(pairs, results_path, settings, console=console)
+    wall = time.perf_counter() - began
+    rows = []
+    for result in outcome.new_results:
+        phases = result.phase_seconds
+        rows.append({"problem": result.problem, "candidate": result.candidate, "outcome": our_outcome(result.status),
+                     "status": result.status, "build_s": phases.get("build", 0.0),
+                     "outside_build_s": sum(seconds for name, seconds in phases.items() if name != "build"),
+                     "seconds": sum(phases.values())})
+    return {"side": "ours", "workers": outcome.workers, "wall_s": wall, "rows": rows,
+            "missing": outcome.missing}
+
+
+def summarise(sides: dict[str, dict]) -> list[dict]:
+    """A row per side: wall time, evaluations, median seconds per evaluation (ours also its
+    build and the rest), and the wall relative to KernelBench's."""
+    kb_wall = sides.get("kernelbench", {}).get("wall_s")
+    summary = []
+    for name in SIDES:
+        if name not in sides:
+            continue
+        side, rows = sides[name], sides[name]["rows"]
+        summary.append({
+            "side": name, "workers": side["workers"], "pairs": len(rows), "wall_s": side["wall_s"],
+            "median_eval_s": statistics.median(row["seconds"] for row in rows) if rows else None,
+            "median_build_s": statistics.median(row["build_s"] for row in rows) if rows and "build_s" in rows[0] else None,
+            "median_outside_build_s": (statistics.median(row["outside_build_s"] for row in rows)
+                                       if rows and "outside_build_s" in rows[0] else None),
+            "wall_vs_kernelbench": side["wall_s"] / kb_wall if kb_wall else None,
+        })
+    return summary
+
+
+def agreement(sides: dict[str, dict]) -> tuple[int, int] | None:
+    """(pairs both sides judged alike on correctness, pairs both judged); None without both."""
+    if not set(SIDES) <= set(sides):
+        return None
+
+    def correct_by_pair(rows: list[dict]) -> dict[tuple[str, str], bool]:
+        return {(str(Path(row["problem"]).resolve()), str(Path(row["candidate"]).resolve())): row["outcome"] == "correct"
+                for row in rows}
+
+    theirs, ours = correct_by_pair(sides["kernelbench"]["rows"]), correct_by_pair(sides["ours"]["rows"])
+    both = theirs.keys() & ours.keys()
+    return sum(theirs[key] == ours[key] for key in both), len(both)
+
+
+def print_summary(sides: dict[str, dict], console: Console) -> None:
+    table = Table(title="KernelBench's eval and ours, side by side (correctness only, cold caches; seconds)")
+    columns = ("side", "workers", "pairs", "wall_s", "median_eval_s", "median_build_s", "median_outside_build_s",
+               "wall_vs_kernelbench")
+    for column in columns:
+        table.add_column(column)
+    for row in summarise(sides):
+        table.add_row(*[("" if row[c] is None else f"{row[c]:.2f}" if isinstance(row[c], float) else str(row[c]))
+                        for c in columns])
+    console.print(table)
+    agreed = agreement(sides)
+    if agreed:
+        console.print(f"agreement on correctness: {agreed[0]} of {agreed[1]} pairs")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmark.experiments.eval_side_by_side",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--kernelbench", type=Path, default=Path(".kernelbench"), help="a KernelBench checkout")
+    parser.add_argument("--work", type=Path, required=True, help="caches, builds and each side's JSON")
+    parser.add_argument("--workers", type=int, default=14, help="evaluations at once, both sides (default 14)")
+    parser.add_argument("--sides", default="kernelbench,ours", help="which to run now, comma-separated")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="our side's device")
+    parser.add_argument("--release", choices=sorted(RELEASES), default="v0.1",
+                        help="whose fp32 tolerance: v0.1 (1e-2) or main (1e-4)")
+    parser.add_argument("--pairs", nargs=2, action="append", metavar=("PROBLEMS_DIR", "CANDIDATES_DIR"))
+    parser.add_argument("--against", nargs=2, action="append", metavar=("PROBLEM", "CANDIDATES_DIR"))
+    parser.add_argument("--results", type=Path, help="a KernelBench results tree, paired with the checkout's problems")
+    parser.add_argument("--json", type=Path, help="write the summary and both sides here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console(width=180)
+    sides_now = [side.strip() for side in args.sides.split(",") if side.strip()]
+    unknown = set(sides_now) - set(SIDES)
+    if unknown:
+        console.print(f"[red]unknown side {', '.join(sorted(unknown))}[/red]; sides: {', '.join(SIDES)}")
+        return 2
+    if "kernelbench" in sides_now:
+        import torch
+
+        if not torch.cuda.is_available():
+            console.print("[red]no CUDA GPU visible:[/red] KernelBench's eval runs on CUDA only; "
+                          "run `--sides ours --device cpu` to try the script here")
+            return 2
+        if not args.kernelbench.is_dir():
+            console.print(f"[red]{args.kernelbench}: no such directory[/red]; clone ScalingIntelligence/KernelBench there")
+            return 2
+    pairs = [pair for _, pair in collect_pairs(args)]
+    if not pairs:
+        console.print("[red]no pairs:[/red] --pairs pairs a candidate with the problem of the same file name")
+        return 2
+    args.work.mkdir(parents=True, exist_ok=True)
+    for side in sides_now:
+        console.print(f"{side}: {len(pairs)} pairs, {args.workers} at once")
+        if side == "kernelbench":
+            measured = run_kernelbench_side(pairs, args.kernelbench, args.release, args.workers, args.work)
+        else:
+            measured = run_our_side(pairs, args.release, args.workers, args.work, args.device, console)
+        (args.work / f"{side}.json").write_text(json.dumps(measured, indent=1))
+        console.print(f"{side}: {measured['wall_s']:.1f} s")
+    sides = {side: json.loads((args.work / f"{side}.json").read_text())
+             for side in SIDES if (args.work / f"{side}.json").exists()}
+    print_summary(sides, console)
+    if args.json:
+        args.json.write_text(json.dumps({"summary": summarise(sides), "agreement": agreement(sides), "sides": sides},
+                                        indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

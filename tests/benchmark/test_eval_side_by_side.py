@@ -1,0 +1,68 @@
+"""benchmark/experiments/eval_side_by_side.py: the table from both sides, and our side for real on
+the CPU (KernelBench's side needs CUDA and a checkout: measured on the GPU machine)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmark.experiments.eval_side_by_side import agreement, summarise
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _side(name: str, wall: float, outcomes: dict[str, str], seconds: float, build: float | None = None) -> dict:
+    rows = []
+    for candidate, outcome in outcomes.items():
+        row = {"problem": "/p/problem.py", "candidate": f"/c/{candidate}.py", "outcome": outcome, "seconds": seconds}
+        if build is not None:
+            row.update(build_s=build, outside_build_s=seconds - build)
+        rows.append(row)
+    return {"side": name, "workers": 14, "wall_s": wall, "rows": rows}
+
+
+def test_the_summary_puts_our_wall_against_kernelbenchs_and_splits_our_build():
+    sides = {"kernelbench": _side("kernelbench", 300.0, {"a": "correct", "b": "incorrect", "c": "error"}, 40.0),
+             "ours": _side("ours", 150.0, {"a": "correct", "b": "correct", "c": "error"}, 33.0, build=30.0)}
+    rows = {row["side"]: row for row in summarise(sides)}
+    assert rows["ours"]["wall_vs_kernelbench"] == pytest.approx(0.5)
+    assert rows["kernelbench"]["wall_vs_kernelbench"] == pytest.approx(1.0)
+    assert rows["ours"]["median_build_s"] == 30.0 and rows["ours"]["median_outside_build_s"] == pytest.approx(3.0)
+    assert rows["kernelbench"]["median_build_s"] is None  # KernelBench's eval reports no split
+    # b: we say correct, KernelBench incorrect; a and c agree (an error is not correct on either side)
+    assert agreement(sides) == (2, 3)
+    assert agreement({"ours": sides["ours"]}) is None
+
+
+def test_our_side_runs_on_the_cpu_and_writes_its_json(tmp_path):
+    candidates = tmp_path / "candidates"
+    candidates.mkdir()
+    shutil.copy(REPO / "tests" / "adversarial" / "sandbox_candidates" / "honest_torch.py", candidates)
+    work = tmp_path / "work"
+    run = subprocess.run([sys.executable, "-m", "benchmark.experiments.eval_side_by_side", "--sides", "ours",
+                          "--device", "cpu", "--workers", "1", "--work", str(work), "--json", str(tmp_path / "s.json"),
+                          "--against", str(REPO / "tests" / "data" / "problems" / "small_leaky_relu.py"), str(candidates)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    ours = json.loads((work / "ours.json").read_text())
+    assert [row["outcome"] for row in ours["rows"]] == ["correct"]
+    assert ours["rows"][0]["build_s"] >= 0 and ours["rows"][0]["outside_build_s"] > 0
+    summary = json.loads((tmp_path / "s.json").read_text())["summary"]
+    assert summary[0]["side"] == "ours" and summary[0]["pairs"] == 1 and summary[0]["wall_vs_kernelbench"] is None
+    assert "side by side" in run.stdout
+
+
+def test_kernelbenchs_side_without_a_gpu_says_what_to_do(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible here")
+    run = subprocess.run([sys.executable, "-m", "benchmark.experiments.eval_side_by_side", "--sides", "kernelbench",
+                          "--work", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2
+    assert "--sides ours --device cpu" in run.stdout
