@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from . import zygote
 from .config import BACKEND_HELP, EvalConfig
 from .evaluate import evaluate
 from .files import BadFileError
@@ -117,6 +118,17 @@ def pytest_configure(config: pytest.Config) -> None:
     # controller, so no evaluation runs on after the run that asked for it is gone.
     die_with_parent_from_env()
     config.addinivalue_line("markers", "cudaagent: a candidate kernel evaluated against its problem")
+    try:
+        evaluates_here = bool(_requested_pairs(config)) and not _is_xdist_controller(config)
+    except pytest.UsageError:  # reported by the collection, as before
+        evaluates_here = False
+    if evaluates_here:  # the workers' zygote imports torch while this process starts and collects (zygote.py)
+        zygote.prestart()
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    """The process that hands items to xdist workers (it evaluates nothing itself)."""
+    return not os.environ.get("PYTEST_XDIST_WORKER") and bool(getattr(config.option, "numprocesses", None))
 
 
 def _requested_pairs(config: pytest.Config) -> list[Pair]:

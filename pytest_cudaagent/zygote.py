@@ -61,17 +61,31 @@ def can_fork(function) -> bool:
     return enabled() and getattr(function, "__module__", "__main__") != "__main__"
 
 
+def prestart() -> None:
+    """Start this environment's zygote now, so that its imports overlap whatever the process does
+    before its first evaluation (a pytest worker's own start and collection)."""
+    if enabled():
+        _current()
+
+
+def _current() -> _Zygote:
+    """The zygote of this process's environment as it is now, started if need be."""
+    environment = tuple(sorted(os.environ.items()))
+    with _lock:
+        zygote = _zygotes.get(environment)
+        if zygote is None or not zygote.alive():
+            zygote = _zygotes[environment] = _Zygote()
+        _end_idle(keep=zygote)
+        return zygote
+
+
 def start(function, args: tuple, child_conn: Connection) -> ZygoteProcess:
     """Fork a child that runs `function(conn, zygote_pid, *args)` on its end of the pipe
     (`child_conn`, which the caller then closes). The child's sys.path and working directory are
     this process's now; its environment is this process's (its zygote started with it)."""
     environment = tuple(sorted(os.environ.items()))
     payload = bytes(reduction.ForkingPickler.dumps((function, args)))
-    with _lock:
-        zygote = _zygotes.get(environment)
-        if zygote is None or not zygote.alive():
-            zygote = _zygotes[environment] = _Zygote()
-        _end_idle(keep=zygote)
+    zygote = _current()
     try:
         return zygote.fork(payload, child_conn.fileno())
     except (OSError, EOFError) as error:  # it died meanwhile: one more, then say so

@@ -139,6 +139,16 @@ def test_without_the_zygote_workers_are_spawned(worker_of, monkeypatch):
     assert reply["parent"] == os.getpid()
 
 
+def test_a_zygote_started_ahead_is_the_one_forked_from(worker_of, monkeypatch):
+    monkeypatch.setenv("CUDAAGENT_TEST_MARK", "a zygote started ahead")
+    before = set(zygote.running_pids())
+    zygote.prestart()
+    started = set(zygote.running_pids()) - before
+    assert len(started) == 1
+    worker = worker_of(report_surroundings)
+    assert worker.receive(120)["parent"] in started
+
+
 def test_a_target_of_a_script_main_is_spawned():
     def local_target(conn, spec):  # pragma: no cover - never run; only its module matters
         pass
