@@ -166,6 +166,18 @@ _lock = threading.Lock()
 _zygotes: dict[tuple, _Zygote] = {}
 
 
+def _forget_after_fork() -> None:
+    """A process forked from this one (not by the zygote: by code of the user's) must not talk to
+    our zygotes: two writers on one control socket would garble both. It starts its own."""
+    global _lock, _zygotes
+    _lock = threading.Lock()  # another thread may have held it at the fork
+    _zygotes = {}
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def _end_idle(keep: _Zygote) -> None:
     """Zygotes of an earlier environment end once none of their children lives."""
     for environment, zygote in list(_zygotes.items()):

@@ -149,6 +149,30 @@ def test_a_zygote_started_ahead_is_the_one_forked_from(worker_of, monkeypatch):
     assert worker.receive(120)["parent"] in started
 
 
+def test_a_process_forked_from_the_evaluator_starts_its_own_zygote(worker_of):
+    """Two processes writing fork requests on one control socket would garble both."""
+    parent_zygote = worker_of(report_surroundings).receive(120)["parent"]
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the forked copy
+        code = 1
+        try:
+            worker = Worker(report_surroundings, {}, memory_cap_gb=4)
+            reply = worker.receive(120)
+            os.write(write_end, str(reply["parent"]).encode())
+            worker.close()
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    _, status = os.waitpid(child, 0)
+    child_zygote = int(os.read(read_end, 64) or b"0")
+    os.close(read_end)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert child_zygote and child_zygote != parent_zygote
+    assert worker_of(report_surroundings).receive(120)["parent"] == parent_zygote  # ours still answers
+
+
 def test_a_target_of_a_script_main_is_spawned():
     def local_target(conn, spec):  # pragma: no cover - never run; only its module matters
         pass
