@@ -35,6 +35,7 @@ from benchmark.experiments.kernelbench_differential import (
     TRIALS,
     collect_pairs,
     kb_outcome,
+    kernelbench_can_run,
     our_outcome,
     run_kernelbench,
 )
@@ -160,16 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         console.print(f"[red]unknown side {', '.join(sorted(unknown))}[/red]; sides: {', '.join(SIDES)}")
         return 2
-    if "kernelbench" in sides_now:
-        import torch
-
-        if not torch.cuda.is_available():
-            console.print("[red]no CUDA GPU visible:[/red] KernelBench's eval runs on CUDA only; "
-                          "run `--sides ours --device cpu` to try the script here")
-            return 2
-        if not args.kernelbench.is_dir():
-            console.print(f"[red]{args.kernelbench}: no such directory[/red]; clone ScalingIntelligence/KernelBench there")
-            return 2
+    if "kernelbench" in sides_now and not kernelbench_can_run(
+            args.kernelbench, console, "run `--sides ours --device cpu` to try the script here"):
+        return 2
     pairs = [pair for _, pair in collect_pairs(args)]
     if not pairs:
         console.print("[red]no pairs:[/red] --pairs pairs a candidate with the problem of the same file name")

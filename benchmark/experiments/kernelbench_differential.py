@@ -331,6 +331,19 @@ def judged_before(progress: Path | None, wanted: set[str]) -> list[PairVerdict]:
     return list(found.values())
 
 
+def kernelbench_can_run(checkout: Path, console: Console, otherwise: str) -> bool:
+    """KernelBench's eval needs a CUDA GPU and a checkout; says what is missing when not."""
+    import torch
+
+    if not torch.cuda.is_available():
+        console.print(f"[red]no CUDA GPU visible:[/red] KernelBench's eval_kernel_against_ref runs on CUDA only; {otherwise}")
+        return False
+    if not checkout.is_dir():
+        console.print(f"[red]{checkout}: no such directory[/red]; clone ScalingIntelligence/KernelBench there")
+        return False
+    return True
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmark.experiments.kernelbench_differential",
                                      description=__doc__.splitlines()[0])
@@ -356,14 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console()
-    import torch
-
-    if not torch.cuda.is_available():
-        console.print("[red]no CUDA GPU visible:[/red] KernelBench's eval_kernel_against_ref runs on CUDA only; "
-                      "run this on a GPU machine")
-        return 2
-    if not args.kernelbench.is_dir():
-        console.print(f"[red]{args.kernelbench}: no such directory[/red]; clone ScalingIntelligence/KernelBench there")
+    if not kernelbench_can_run(args.kernelbench, console, "run this on a GPU machine"):
         return 2
     named = collect_pairs(args)
     progress = args.progress or (args.json.with_suffix(".pairs.jsonl") if args.json else None)
@@ -386,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print(pairs_table(verdicts))
     console.print(summary_table(verdicts, args.release))
     if args.json:
+        import torch
+
         settings = {"release": args.release, "policy": args.policy, "seed": SEED, "trials": TRIALS,
                     "kernelbench": str(args.kernelbench), "gpu": torch.cuda.get_device_name()}
         args.json.write_text(json.dumps(report(verdicts, settings), indent=1))
