@@ -130,3 +130,24 @@ def test_infinities_and_nans_against_numbers_are_mismatches_however_loose_the_to
     same = torch.tensor([inf, -inf, nan, 1.0])
     result = compare_outputs(0, [same], [same.clone()], loose)
     assert result.correct and result.max_abs_error == 0.0
+
+
+def test_same_values_sees_one_changed_element_in_any_chunk_and_lets_nan_meet_nan():
+    from pytest_cudaagent.compare import COMPARE_CHUNK, same_values
+
+    before = torch.randn(3 * COMPARE_CHUNK + 5)
+    before[7] = float("nan")
+    assert same_values(before, before.clone())
+    for position in (0, COMPARE_CHUNK + 1, before.numel() - 1):  # first, middle and last (partial) chunk
+        after = before.clone()
+        after[position] += 1.0
+        assert not same_values(before, after), position
+    moved_nan = before.clone()
+    moved_nan[7], moved_nan[8] = 0.0, float("nan")
+    assert not same_values(before, moved_nan)
+    counts = torch.arange(2 * COMPARE_CHUNK)
+    changed = counts.clone()
+    changed[-1] = -1
+    assert same_values(counts, counts.clone()) and not same_values(counts, changed)
+    assert not same_values(counts, counts.float()) and not same_values(counts, counts[:-1])
+    assert not same_values(counts, counts.tolist())
