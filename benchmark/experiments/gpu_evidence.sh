@@ -121,7 +121,9 @@ run_section() {
     side-by-side) python3 -m benchmark.experiments.eval_side_by_side --kernelbench "${KERNELBENCH:-.kernelbench}" \
                     --work /tmp/side-by-side --sides "${SIDES:-kernelbench,ours}" --workers "${WORKERS:-14}" \
                     --json "$OUT/side_by_side.json" ${SIDE_ARGS:-} ;;
-    phase-profile) python3 -m benchmark.experiments.phase_profile --device cuda --repeats 2 --workers ${PHASE_WORKERS:-zygote} --json "$OUT/phase_profile.json" ;;
+    # PHASE_WORKERS=zygote,spawn compares the two ways workers start; PHASE_ARGS=--no-timing for #21's target.
+    # shellcheck disable=SC2086  # one argument per word
+    phase-profile) python3 -m benchmark.experiments.phase_profile --device cuda --repeats 2 --workers ${PHASE_WORKERS:-zygote} --json "$OUT/phase_profile.json" ${PHASE_ARGS:-} ;;
     # Every bundled CUDA candidate through `cudaagent verify`, in parallel: builds overlap,
     # timings queue on the GPU lock.
     verify) nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
