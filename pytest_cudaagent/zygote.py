@@ -221,7 +221,11 @@ class _Zygote:
                     reduction.sendfds(channel, [conn_fd, status_write])
             finally:
                 os.close(status_write)
-            pid = self._receive(60, "fork")["pid"]
+            try:
+                pid = self._receive(60, "fork")["pid"]
+            except BaseException:
+                os.close(status_read)
+                raise
             child = ZygoteProcess(pid, status_read)
             self.children.append(child)
             return child
@@ -252,8 +256,8 @@ def _zygote_main(control: Connection, preload: tuple[str, ...]) -> None:
     for name in preload:
         try:
             __import__(name)
-        except ImportError as error:  # triton where it is not installed: the worker says so itself
-            failed[name] = str(error)
+        except Exception as error:  # noqa: BLE001 - triton where it is not installed, or broken: a worker
+            failed[name] = f"{type(error).__name__}: {error}"  # that needs it imports it and says so itself
     control.send({"failed": failed, "threads": len(os.listdir("/proc/self/task")),
                   "fork_poisoned": _fork_poisoned()})
     wake_read, wake_write = os.pipe()
