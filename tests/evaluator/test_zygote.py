@@ -192,6 +192,14 @@ def test_a_zygote_whose_imports_touched_cuda_is_not_forked_from(worker_of, monke
     assert reply["parent"] == os.getpid()
 
 
+def test_a_module_that_fails_to_import_in_the_zygote_is_left_to_the_workers(worker_of, monkeypatch):
+    monkeypatch.setattr(zygote, "PRELOAD", ("tests.evaluator.broken_import", *zygote.PRELOAD))
+    monkeypatch.setenv("CUDAAGENT_TEST_MARK", "a zygote with a broken import")
+    worker = worker_of(report_surroundings)
+    assert worker.receive(120)["parent"] != os.getpid()
+    assert worker.start_method == "zygote", worker.start_error
+
+
 def test_an_evaluation_says_how_its_workers_started():
     from pytest_cudaagent import evaluate
     from tests.helpers import TEST_PROBLEMS, cpu_config
