@@ -116,11 +116,15 @@ run_section() {
     # Where a warm load_inline's seconds go (import torch, CUDA's start, the candidate's import).
     warm-load) python3 -m benchmark.experiments.warm_load ;;
     # #21: KernelBench's eval and `cudaagent bench --no-timing` on the same pairs, cold, WORKERS at once;
-    # SIDES=kernelbench then SIDES=ours in two calls (each side's JSON stays in /tmp/side-by-side).
+    # SIDES=kernelbench then SIDES=ours in two calls: each side's JSON is copied to $OUT, and
+    # SIDE_FROM (a folder carried in, holding an earlier call's kernelbench.json) is put back first.
     # shellcheck disable=SC2086  # one argument per word
-    side-by-side) python3 -m benchmark.experiments.eval_side_by_side --kernelbench "${KERNELBENCH:-.kernelbench}" \
+    side-by-side) mkdir -p /tmp/side-by-side
+                  if [ -n "${SIDE_FROM:-}" ]; then cp "$SIDE_FROM"/*.json /tmp/side-by-side/; fi
+                  python3 -m benchmark.experiments.eval_side_by_side --kernelbench "${KERNELBENCH:-.kernelbench}" \
                     --work /tmp/side-by-side --sides "${SIDES:-kernelbench,ours}" --workers "${WORKERS:-14}" \
-                    --json "$OUT/side_by_side.json" ${SIDE_ARGS:-} ;;
+                    --json "$OUT/side_by_side.json" ${SIDE_ARGS:-}
+                  cp /tmp/side-by-side/kernelbench.json /tmp/side-by-side/ours.json "$OUT/" 2>/dev/null ;;
     # PHASE_WORKERS=zygote,spawn compares the two ways workers start; PHASE_ARGS=--no-timing for #21's target.
     # shellcheck disable=SC2086  # one argument per word
     phase-profile) python3 -m benchmark.experiments.phase_profile --device cuda --repeats 2 --workers ${PHASE_WORKERS:-zygote} --json "$OUT/phase_profile.json" ${PHASE_ARGS:-} ;;
