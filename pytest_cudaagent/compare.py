@@ -26,10 +26,9 @@ def same_values(before: torch.Tensor, after: object) -> bool:
     """Exactly equal, NaN meeting NaN included. In chunks, as the comparison (COMPARE_CHUNK)."""
     if type(after) is not torch.Tensor or after.shape != before.shape or after.dtype != before.dtype:
         return False
-    before, after = before.reshape(-1), after.reshape(-1)
-    for start in range(0, before.numel(), COMPARE_CHUNK):
-        was, now = before[start:start + COMPARE_CHUNK], after[start:start + COMPARE_CHUNK]
-        if before.is_floating_point() or before.is_complex():
+    with_nan = before.is_floating_point() or before.is_complex()
+    for was, now in _chunks(before, after):
+        if with_nan:
             if not bool(((was == now) | (was.isnan() & now.isnan())).all()):
                 return False
         elif not torch.equal(was, now):
@@ -89,13 +88,18 @@ COMPARE_CHUNK = 1 << 14
 def _element_errors(want: torch.Tensor, got: torch.Tensor, tolerance: Tolerance):
     """(max abs error, max relative error, elements out of tolerance). Relative errors divide by
     max(|reference|, atol) so near-zero reference values do not dominate the report."""
-    want, got = want.reshape(-1), got.reshape(-1)
     worst_abs, worst_rel, bad = 0.0, 0.0, 0
-    for start in range(0, want.numel(), COMPARE_CHUNK):
-        chunk_abs, chunk_rel, chunk_bad = _chunk_errors(want[start:start + COMPARE_CHUNK],
-                                                        got[start:start + COMPARE_CHUNK], tolerance)
+    for want_chunk, got_chunk in _chunks(want, got):
+        chunk_abs, chunk_rel, chunk_bad = _chunk_errors(want_chunk, got_chunk, tolerance)
         worst_abs, worst_rel, bad = max(worst_abs, chunk_abs), max(worst_rel, chunk_rel), bad + chunk_bad
     return worst_abs, worst_rel, bad
+
+
+def _chunks(first: torch.Tensor, second: torch.Tensor):
+    """The two (same-shaped) tensors flattened, COMPARE_CHUNK elements of each at a time."""
+    first, second = first.reshape(-1), second.reshape(-1)
+    for start in range(0, first.numel(), COMPARE_CHUNK):
+        yield first[start:start + COMPARE_CHUNK], second[start:start + COMPARE_CHUNK]
 
 
 def _chunk_errors(want: torch.Tensor, got: torch.Tensor, tolerance: Tolerance):

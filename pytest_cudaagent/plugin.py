@@ -118,11 +118,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # controller, so no evaluation runs on after the run that asked for it is gone.
     die_with_parent_from_env()
     config.addinivalue_line("markers", "cudaagent: a candidate kernel evaluated against its problem")
-    try:
-        evaluates_here = bool(_requested_pairs(config)) and not _is_xdist_controller(config)
-    except pytest.UsageError:  # reported by the collection, as before
-        evaluates_here = False
-    if evaluates_here:  # the workers' zygote imports torch while this process starts and collects (zygote.py)
+    asks_for_pairs = _setting(config, "--cudaagent-problem") or _setting(config, "--cudaagent-problems")
+    if asks_for_pairs and not _is_xdist_controller(config):
+        # The workers' zygote imports torch while this process starts and collects (zygote.py).
         zygote.prestart()
 
 

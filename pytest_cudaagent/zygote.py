@@ -17,6 +17,7 @@ have). `CUDAAGENT_ZYGOTE=0` spawns every worker fresh instead, as before (and on
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import select
@@ -83,16 +84,14 @@ def start(function, args: tuple, child_conn: Connection) -> ZygoteProcess:
     """Fork a child that runs `function(conn, zygote_pid, *args)` on its end of the pipe
     (`child_conn`, which the caller then closes). The child's sys.path and working directory are
     this process's now; its environment is this process's (its zygote started with it)."""
-    environment = tuple(sorted(os.environ.items()))
     payload = bytes(reduction.ForkingPickler.dumps((function, args)))
     zygote = _current()
     try:
         return zygote.fork(payload, child_conn.fileno())
-    except (OSError, EOFError) as error:  # it died meanwhile: one more, then say so
-        with _lock:
-            zygote = _zygotes[environment] = _Zygote()
+    except (OSError, EOFError) as error:  # it died meanwhile: a new one (_current), then say so
+        zygote.close()
         try:
-            return zygote.fork(payload, child_conn.fileno())
+            return _current().fork(payload, child_conn.fileno())
         except (OSError, EOFError):
             raise ZygoteUnavailable(f"the worker zygote died twice ({error}); set {ENABLE_ENV}=0 to spawn "
                                     "workers instead") from None
@@ -128,8 +127,7 @@ class ZygoteProcess:
                     data = os.read(self._status_fd, _STATUS.size)
                     # Nothing written: the zygote died first, and its children were SIGKILLed with it.
                     self.exitcode = _STATUS.unpack(data)[0] if len(data) == _STATUS.size else -signal.SIGKILL
-                    os.close(self._status_fd)
-                    self._status_fd = None
+                    self._close_status()
                     return
             if deadline is not None and time.monotonic() >= deadline:
                 return
@@ -150,9 +148,12 @@ class ZygoteProcess:
 
     def close(self) -> None:
         with self._lock:
-            if self._status_fd is not None:
-                os.close(self._status_fd)
-                self._status_fd = None
+            self._close_status()
+
+    def _close_status(self) -> None:  # with self._lock held
+        if self._status_fd is not None:
+            os.close(self._status_fd)
+            self._status_fd = None
 
     def __del__(self):
         if hasattr(self, "_lock"):
@@ -204,6 +205,7 @@ class _Zygote:
         return self.process.is_alive() and not self.control.closed
 
     def busy(self) -> bool:
+        """Whether a child of this zygote still lives; forgets those that do not."""
         self.children = [child for child in self.children if child.is_alive()]
         return bool(self.children)
 
@@ -227,6 +229,7 @@ class _Zygote:
                 os.close(status_read)
                 raise
             child = ZygoteProcess(pid, status_read)
+            self.busy()  # the ended ones forgotten: one zygote may fork thousands in a trainer's run
             self.children.append(child)
             return child
 
@@ -252,14 +255,11 @@ def _zygote_main(control: Connection, preload: tuple[str, ...]) -> None:
     """Import, then fork on request until the evaluator closes its end (or dies: the same
     end-of-file). Its children die with it (PDEATHSIG, set by each child)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C ends the evaluator, which ends this
-    failed = {}
     for name in preload:
-        try:
+        # Triton where it is not installed, or broken: a worker that needs it imports it and says so.
+        with contextlib.suppress(Exception):
             __import__(name)
-        except Exception as error:  # noqa: BLE001 - triton where it is not installed, or broken: a worker
-            failed[name] = f"{type(error).__name__}: {error}"  # that needs it imports it and says so itself
-    control.send({"failed": failed, "threads": len(os.listdir("/proc/self/task")),
-                  "fork_poisoned": _fork_poisoned()})
+    control.send({"fork_poisoned": _fork_poisoned()})
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
@@ -281,8 +281,7 @@ def _zygote_main(control: Connection, preload: tuple[str, ...]) -> None:
         zygote_pid = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _child(control, [wake_read, wake_write, status_fd, *statuses.values()], conn_fd,
-                   zygote_pid, sys_path, cwd, payload)
+            _child(control, conn_fd, zygote_pid, sys_path, cwd, payload)
         os.close(conn_fd)
         statuses[pid] = status_fd
         control.send({"pid": pid})
@@ -295,8 +294,6 @@ def _fork_poisoned() -> bool:
     torch = sys.modules.get("torch")
     if torch is None:
         return False
-    if torch.cuda.is_initialized():
-        return True
     pid = os.fork()
     if pid == 0:
         os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
@@ -318,18 +315,16 @@ def _reap(statuses: dict[int, int]) -> None:
             os.close(status_fd)
 
 
-def _child(control: Connection, zygote_fds: list[int], conn_fd: int, zygote_pid: int,
-           sys_path: list[str], cwd: str, payload: bytes) -> None:
+def _child(control: Connection, conn_fd: int, zygote_pid: int, sys_path: list[str], cwd: str,
+           payload: bytes) -> None:
     """In the forked child: shed everything of the zygote's, then run the function; never returns."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        control.close()
-        for fd in zygote_fds:
-            os.close(fd)
-        _close_fds_except({0, 1, 2, conn_fd})
+        control.close()  # through its owner, which would otherwise close the number again later
+        _close_fds_except({0, 1, 2, conn_fd})  # the rest (wake-up pipe, siblings' status pipes) has none
         util._run_after_forkers()  # multiprocessing's own state after a fork (its resource sharer)
         sys.path[:] = sys_path
         os.chdir(cwd)

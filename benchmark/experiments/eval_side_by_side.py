@@ -60,9 +60,9 @@ def run_kernelbench_side(pairs: list[Pair], checkout: Path, release: str, worker
     os.environ.update(fresh_cache_env(work / "kernelbench-caches"))
     began = time.perf_counter()
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        rows = list(pool.map(_timed_kernelbench, *zip(*[(str(checkout), release, str(pair.problem),
-                                                          str(pair.candidate), str(build_root)) for pair in pairs],
-                                                        strict=True)))
+        futures = [pool.submit(_timed_kernelbench, str(checkout), release, str(pair.problem), str(pair.candidate),
+                               str(build_root)) for pair in pairs]
+        rows = [future.result() for future in futures]
     return {"side": "kernelbench", "workers": workers, "wall_s": time.perf_counter() - began, "rows": rows}
 
 

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     # The first repeat builds cold, in the first mode only; later modes find the build cached.
     warm = frame[frame["repeat"] > 0] if args.repeats > 1 else frame
     medians = warm.drop(columns=["pair", "repeat", "status", "started"]).groupby("workers").median().T
-    medians = medians[[mode for mode in modes]].sort_values(modes[0], ascending=False)
+    medians = medians[modes].sort_values(modes[0], ascending=False)
     print_table(medians.round(3).reset_index().rename(columns={"index": "phase or request"}), console,
                 "median seconds over the warm evaluations, by how the workers started")
     if args.json:

@@ -93,6 +93,18 @@ def test_the_zygote_of_an_earlier_environment_ends_once_idle(worker_of, monkeypa
     assert not psutil.pid_exists(first_zygote) or psutil.Process(first_zygote).status() == psutil.STATUS_ZOMBIE
 
 
+def test_a_zygote_forgets_the_children_that_ended(worker_of):
+    """One zygote may fork thousands of workers in a trainer's run: those that ended are dropped."""
+    for _ in range(3):
+        ended = Worker(report_surroundings, {}, memory_cap_gb=4)
+        ended.receive(120)
+        ended.close()
+    parent = worker_of(report_and_stay).receive(120)["parent"]
+    with zygote._lock:
+        owned = [z for z in zygote._zygotes.values() if z.process.pid == parent]
+    assert len(owned) == 1 and len(owned[0].children) == 1
+
+
 def test_a_killed_zygote_takes_its_workers_and_is_replaced(worker_of):
     worker = worker_of(report_surroundings)
     parent = worker.receive(120)["parent"]
