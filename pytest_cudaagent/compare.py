@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import math
 
 import torch
@@ -22,10 +23,39 @@ def describe(value: object) -> str:
     return type(value).__name__
 
 
+def _libc_memcmp():
+    try:
+        memcmp = ctypes.CDLL(None).memcmp
+    except (OSError, AttributeError):  # no C library to ask (not Linux or macOS): the element-wise way only
+        return None
+    memcmp.restype = ctypes.c_int
+    memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    return memcmp
+
+
+_MEMCMP = _libc_memcmp()
+
+
+def bitwise_equal(first: torch.Tensor, second: torch.Tensor) -> bool:
+    """The same bytes: one memcmp, serial and without temporaries (a 64 MiB tensor in 3 ms where
+    the chunked element-wise way takes 40). False whenever it cannot tell (not both contiguous
+    host tensors of one dtype and shape, a lazy conjugate or negation): the caller then goes the
+    element-wise way. The same bytes are the same values, NaN meeting the same NaN included."""
+    if (_MEMCMP is None or first.device.type != "cpu" or second.device.type != "cpu" or first.dtype != second.dtype
+            or first.shape != second.shape or not first.is_contiguous() or not second.is_contiguous()
+            or first.is_conj() or second.is_conj() or first.is_neg() or second.is_neg()):
+        return False
+    nbytes = first.numel() * first.element_size()
+    return nbytes == 0 or _MEMCMP(first.data_ptr(), second.data_ptr(), nbytes) == 0
+
+
 def same_values(before: torch.Tensor, after: object) -> bool:
-    """Exactly equal, NaN meeting NaN included. In chunks, as the comparison (COMPARE_CHUNK)."""
+    """Exactly equal, NaN meeting NaN included: the same bytes, else compared in chunks as the
+    comparison is (COMPARE_CHUNK; -0.0 meets 0.0 there)."""
     if type(after) is not torch.Tensor or after.shape != before.shape or after.dtype != before.dtype:
         return False
+    if bitwise_equal(before, after):
+        return True
     with_nan = before.is_floating_point() or before.is_complex()
     for was, now in _chunks(before, after):
         if with_nan:
@@ -64,6 +94,9 @@ def compare_outputs(
             )
         if got.dtype != want.dtype:
             return TrialResult(index, False, error=f"{where}dtype {got.dtype}, expected {want.dtype}")
+        if bitwise_equal(want, got):  # the same bytes: no error to measure
+            numel += want.numel()
+            continue
         tolerance = tolerances.get(str(want.dtype).removeprefix("torch."), Tolerance(0.0, 0.0))
         abs_err, rel_err, bad = _element_errors(want, got, tolerance)
         worst_abs, worst_rel = max(worst_abs, abs_err), max(worst_rel, rel_err)

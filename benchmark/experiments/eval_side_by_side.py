@@ -5,9 +5,11 @@ what is outside it) and how often the two agree on correctness.
 
     python -m benchmark.experiments.eval_side_by_side --kernelbench .kernelbench/ --work DIR \\
         [--workers 14] [--sides kernelbench,ours] [--pairs PROBLEMS_DIR CANDIDATES_DIR]... \\
-        [--against PROBLEM CANDIDATES_DIR]... [--results KB_RESULTS_DIR] [--release v0.1|main] [--json FILE]
+        [--against PROBLEM CANDIDATES_DIR]... [--results KB_RESULTS_DIR] [--styles N] [--release v0.1|main] [--json FILE]
 
-Pairs are chosen as kernelbench_differential chooses them (its default set without any option).
+`--styles 72`: the issue's set, 72 CUDA candidates in the styles of published solutions for the
+checkout's own problems (published_styles.py), written under --work. Otherwise pairs are chosen as
+kernelbench_differential chooses them (its default set without any option).
 Each side writes `<work>/<side>.json` when it ends, so the two may run in separate calls of a
 time-limited device (`--sides kernelbench`, then `--sides ours`); the table is printed from every
 side found in --work. KernelBench's side needs CUDA; ours runs on `--device` (cpu to try the script).
@@ -21,8 +23,9 @@ import multiprocessing
 import os
 import statistics
 import sys
+import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from rich.console import Console
@@ -39,7 +42,9 @@ from benchmark.experiments.kernelbench_differential import (
     our_outcome,
     run_kernelbench,
 )
+from benchmark.experiments.published_styles import write_pairs
 from pytest_cudaagent.pairing import Pair
+from pytest_cudaagent.results_file import read_results
 
 SIDES = ("kernelbench", "ours")
 
@@ -53,38 +58,66 @@ def _timed_kernelbench(checkout: str, release: str, problem: str, candidate: str
             "seconds": time.perf_counter() - began}
 
 
-def run_kernelbench_side(pairs: list[Pair], checkout: Path, release: str, workers: int, work: Path) -> dict:
+def run_kernelbench_side(pairs: list[Pair], checkout: Path, release: str, workers: int, work: Path,
+                         side: dict) -> None:
+    """Fills `side` as evaluations end (a side cut short by --deadline keeps what ended)."""
     build_root = work / "kernelbench-builds"
     build_root.mkdir(parents=True, exist_ok=True)
     # Its builds land in build_root (one directory per pair); the rest of torch's caches are empty too.
     os.environ.update(fresh_cache_env(work / "kernelbench-caches"))
-    began = time.perf_counter()
+    side.update({"side": "kernelbench", "workers": workers, "rows": []})
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.submit(_timed_kernelbench, str(checkout), release, str(pair.problem), str(pair.candidate),
                                str(build_root)) for pair in pairs]
-        rows = [future.result() for future in futures]
-    return {"side": "kernelbench", "workers": workers, "wall_s": time.perf_counter() - began, "rows": rows}
+        for future in as_completed(futures):
+            row = future.result()
+            side["rows"].append(row)
+            print(f"kernelbench {len(side['rows'])}/{len(pairs)} at {time.perf_counter() - side['began']:.0f} s: "
+                  f"{Path(row['candidate']).stem} {row['outcome']} in {row['seconds']:.1f} s", flush=True)
 
 
-def run_our_side(pairs: list[Pair], release: str, workers: int, work: Path, device: str, console: Console) -> dict:
+def our_rows(results_path: Path) -> list[dict]:
+    """Our side's rows, from the results file the batch appends to as evaluations end."""
+    rows = []
+    for result in read_results(results_path) if results_path.exists() else []:
+        phases = result.phase_seconds
+        rows.append({"problem": result.problem, "candidate": result.candidate, "outcome": our_outcome(result.status),
+                     "status": result.status, "build_s": phases.get("build", 0.0),
+                     "outside_build_s": sum(seconds for name, seconds in phases.items() if name != "build"),
+                     "seconds": sum(phases.values())})
+    return rows
+
+
+def run_our_side(pairs: list[Pair], release: str, workers: int, work: Path, device: str, console: Console,
+                 side: dict) -> None:
     os.environ.update(fresh_cache_env(work / "ours-caches"))
     settings = BatchSettings(device=device, workers=workers, trials=TRIALS, baselines=(), timing=False,
                              policy="permissive", tolerance=RELEASES[release][1], convention="kernelbench")
     results_path = work / "ours" / "results.jsonl"
     results_path.unlink(missing_ok=True)  # a side is always measured from nothing
     results_path.parent.mkdir(parents=True, exist_ok=True)
-    began = time.perf_counter()
+    side.update({"side": "ours", "workers": workers, "results": str(results_path)})
     outcome = run_batch(pairs, results_path, settings, console=console)
-    wall = time.perf_counter() - began
-    rows = []
-    for result in outcome.new_results:
-        phases = result.phase_seconds
-        rows.append({"problem": result.problem, "candidate": result.candidate, "outcome": our_outcome(result.status),
-                     "status": result.status, "build_s": phases.get("build", 0.0),
-                     "outside_build_s": sum(seconds for name, seconds in phases.items() if name != "build"),
-                     "seconds": sum(phases.values())})
-    return {"side": "ours", "workers": outcome.workers, "wall_s": wall, "rows": rows,
-            "missing": outcome.missing}
+    side.update({"workers": outcome.workers, "missing": outcome.missing})
+
+
+def run_side(name: str, pairs: list[Pair], args, console: Console) -> dict:
+    """One side, timed; with --deadline, what ended by then (`finished` false, wall = the deadline)."""
+    side: dict = {"side": name, "workers": args.workers, "rows": [], "began": time.perf_counter()}
+    if name == "kernelbench":
+        work = lambda: run_kernelbench_side(pairs, args.kernelbench, args.release, args.workers, args.work, side)  # noqa: E731
+    else:
+        work = lambda: run_our_side(pairs, args.release, args.workers, args.work, args.device, console, side)  # noqa: E731
+    runner = threading.Thread(target=work, daemon=True)
+    runner.start()
+    runner.join(args.deadline)
+    side["finished"] = not runner.is_alive()
+    side["wall_s"] = time.perf_counter() - side.pop("began")
+    if name == "ours":
+        side["rows"] = our_rows(Path(side.pop("results")))
+    side["rows"] = list(side["rows"])
+    side["pairs_asked"] = len(pairs)
+    return side
 
 
 def summarise(sides: dict[str, dict]) -> list[dict]:
@@ -97,13 +130,36 @@ def summarise(sides: dict[str, dict]) -> list[dict]:
             continue
         side, rows = sides[name], sides[name]["rows"]
         summary.append({
-            "side": name, "workers": side["workers"], "pairs": len(rows), "wall_s": side["wall_s"],
+            "side": name, "workers": side["workers"], "pairs": len(rows), "asked": side.get("pairs_asked", len(rows)),
+            "wall_s": side["wall_s"],
             "median_eval_s": statistics.median(row["seconds"] for row in rows) if rows else None,
             "median_build_s": statistics.median(row["build_s"] for row in rows) if rows and "build_s" in rows[0] else None,
             "median_outside_build_s": (statistics.median(row["outside_build_s"] for row in rows)
                                        if rows and "outside_build_s" in rows[0] else None),
             "wall_vs_kernelbench": side["wall_s"] / kb_wall if kb_wall else None,
         })
+    return summary
+
+
+def level_of(problem: str) -> str:
+    """`level2` for a problem written by published_styles (`level2_<name>.py`), else `other`."""
+    prefix = Path(problem).stem.split("_", 1)[0]
+    return prefix if prefix.startswith("level") else "other"
+
+
+def by_level(sides: dict[str, dict]) -> list[dict]:
+    """Per side and level: evaluations and median seconds per evaluation (ours: outside the
+    build too, #21's target: 3 s on levels 1 and 2, 10 s on level 3)."""
+    summary = []
+    for name in SIDES:
+        rows = sides.get(name, {}).get("rows", [])
+        for level in sorted({level_of(row["problem"]) for row in rows}):
+            chosen = [row for row in rows if level_of(row["problem"]) == level]
+            outside = [row["outside_build_s"] for row in chosen if "outside_build_s" in row]
+            summary.append({"side": name, "level": level, "pairs": len(chosen),
+                            "median_eval_s": statistics.median(row["seconds"] for row in chosen),
+                            "median_outside_build_s": statistics.median(outside) if outside else None,
+                            "max_outside_build_s": max(outside) if outside else None})
     return summary
 
 
@@ -123,7 +179,7 @@ def agreement(sides: dict[str, dict]) -> tuple[int, int] | None:
 
 def print_summary(sides: dict[str, dict], console: Console) -> None:
     table = Table(title="KernelBench's eval and ours, side by side (correctness only, cold caches; seconds)")
-    columns = ("side", "workers", "pairs", "wall_s", "median_eval_s", "median_build_s", "median_outside_build_s",
+    columns = ("side", "workers", "pairs", "asked", "wall_s", "median_eval_s", "median_build_s", "median_outside_build_s",
                "wall_vs_kernelbench")
     for column in columns:
         table.add_column(column)
@@ -131,6 +187,14 @@ def print_summary(sides: dict[str, dict], console: Console) -> None:
         table.add_row(*[("" if row[c] is None else f"{row[c]:.2f}" if isinstance(row[c], float) else str(row[c]))
                         for c in columns])
     console.print(table)
+    levels = Table(title="per level (seconds per evaluation)")
+    level_columns = ("side", "level", "pairs", "median_eval_s", "median_outside_build_s", "max_outside_build_s")
+    for column in level_columns:
+        levels.add_column(column)
+    for row in by_level(sides):
+        levels.add_row(*[("" if row[c] is None else f"{row[c]:.2f}" if isinstance(row[c], float) else str(row[c]))
+                         for c in level_columns])
+    console.print(levels)
     agreed = agreement(sides)
     if agreed:
         console.print(f"agreement on correctness: {agreed[0]} of {agreed[1]} pairs")
@@ -149,7 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pairs", nargs=2, action="append", metavar=("PROBLEMS_DIR", "CANDIDATES_DIR"))
     parser.add_argument("--against", nargs=2, action="append", metavar=("PROBLEM", "CANDIDATES_DIR"))
     parser.add_argument("--results", type=Path, help="a KernelBench results tree, paired with the checkout's problems")
+    parser.add_argument("--styles", type=int, metavar="N",
+                        help="N candidates in published solutions' styles for the checkout's problems (instead of the default set)")
     parser.add_argument("--json", type=Path, help="write the summary and both sides here")
+    parser.add_argument("--deadline", type=float, default=None, metavar="S",
+                        help="stop waiting for a side after S seconds and keep what ended (a time-limited device)")
     return parser
 
 
@@ -164,6 +232,13 @@ def main(argv: list[str] | None = None) -> int:
     if "kernelbench" in sides_now and not kernelbench_can_run(
             args.kernelbench, console, "run `--sides ours --device cpu` to try the script here"):
         return 2
+    if args.styles:
+        if not (args.kernelbench / "KernelBench" / "level1").is_dir():
+            console.print(f"[red]{args.kernelbench} holds no KernelBench/level1[/red]: --styles writes candidates for its problems")
+            return 2
+        styles = args.work / "styles"
+        write_pairs(args.kernelbench, styles, args.styles)
+        args.pairs = [*(args.pairs or []), (str(styles / "problems"), str(styles / "candidates"))]
     pairs = [pair for _, pair in collect_pairs(args)]
     if not pairs:
         console.print("[red]no pairs:[/red] --pairs pairs a candidate with the problem of the same file name")
@@ -171,18 +246,20 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     for side in sides_now:
         console.print(f"{side}: {len(pairs)} pairs, {args.workers} at once")
-        if side == "kernelbench":
-            measured = run_kernelbench_side(pairs, args.kernelbench, args.release, args.workers, args.work)
-        else:
-            measured = run_our_side(pairs, args.release, args.workers, args.work, args.device, console)
+        measured = run_side(side, pairs, args, console)
         (args.work / f"{side}.json").write_text(json.dumps(measured, indent=1))
-        console.print(f"{side}: {measured['wall_s']:.1f} s")
+        console.print(f"{side}: {len(measured['rows'])} of {len(pairs)} evaluations ended in {measured['wall_s']:.1f} s"
+                      + ("" if measured["finished"] else f" (cut at the --deadline, {args.deadline:.0f} s)"))
     sides = {side: json.loads((args.work / f"{side}.json").read_text())
              for side in SIDES if (args.work / f"{side}.json").exists()}
     print_summary(sides, console)
     if args.json:
-        args.json.write_text(json.dumps({"summary": summarise(sides), "agreement": agreement(sides), "sides": sides},
+        args.json.write_text(json.dumps({"summary": summarise(sides), "levels": by_level(sides), "agreement": agreement(sides), "sides": sides},
                                         indent=1))
+    if any(not side.get("finished", True) for side in sides.values() if side["side"] in sides_now):
+        # A side cut at the deadline still has evaluations running: leave them, not wait.
+        sys.stdout.flush()
+        os._exit(0)
     return 0
 
 

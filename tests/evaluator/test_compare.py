@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from pytest_cudaagent.compare import compare_outputs
@@ -151,3 +152,39 @@ def test_same_values_sees_one_changed_element_in_any_chunk_and_lets_nan_meet_nan
     assert same_values(counts, counts.clone()) and not same_values(counts, changed)
     assert not same_values(counts, counts.float()) and not same_values(counts, counts[:-1])
     assert not same_values(counts, counts.tolist())
+
+
+def test_bitwise_equal_tells_the_same_bytes_and_declines_what_it_cannot_read_in_one_piece():
+    from pytest_cudaagent.compare import COMPARE_CHUNK, bitwise_equal, same_values
+
+    before = torch.randn(3 * COMPARE_CHUNK + 5)
+    assert bitwise_equal(before, before.clone())
+    for position in (0, COMPARE_CHUNK + 1, before.numel() - 1):
+        after = before.clone()
+        after[position] = torch.nextafter(after[position], torch.tensor(float("inf")))  # one ulp
+        assert not bitwise_equal(before, after) and not same_values(before, after), position
+    # Declined (False), and same_values then judges element-wise: a transposed view, -0.0 against
+    # 0.0, two NaNs of different bit patterns, another dtype.
+    square = torch.randn(64, 64)
+    assert not bitwise_equal(square.t(), square.t().clone()) and same_values(square.t(), square.t().clone())
+    zeros, negative_zeros = torch.zeros(8), -torch.zeros(8)
+    assert not bitwise_equal(zeros, negative_zeros) and same_values(zeros, negative_zeros)
+    quiet = torch.full((4,), float("nan"))
+    other_nan = quiet.view(torch.int32).clone().add_(1).view(torch.float32)
+    assert other_nan.isnan().all() and not bitwise_equal(quiet, other_nan) and same_values(quiet, other_nan)
+    assert not bitwise_equal(zeros, zeros.double()) and not bitwise_equal(zeros, zeros[:-1])
+    assert bitwise_equal(torch.empty(0), torch.empty(0))
+
+
+def test_identical_outputs_are_judged_without_the_element_wise_pass(monkeypatch):
+    import pytest_cudaagent.compare as compare
+
+    def element_wise(*_):
+        raise AssertionError("identical bytes need no element-wise pass")
+
+    want = torch.randn(1000)
+    monkeypatch.setattr(compare, "_element_errors", element_wise)
+    result = compare.compare_outputs(0, [want, 3], [want.clone(), 3])
+    assert result.correct and result.mismatches == 0 and result.numel == 1000 and result.max_abs_error == 0.0
+    with pytest.raises(AssertionError, match="element-wise"):  # one ulp off: the element-wise way
+        compare.compare_outputs(0, [want], [want + 1e-6])
