@@ -21,7 +21,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def write_manifest(path: Path, pairs: list[Pair]) -> None:
-    rows = [{"problem": str(p.problem), "candidate": str(p.candidate), "sample": p.sample} for p in pairs]
+    """Absolute paths: the run reads them from its own directory, not the caller's."""
+    rows = [{"problem": str(p.problem.resolve()), "candidate": str(p.candidate.resolve()), "sample": p.sample}
+            for p in pairs]
     Path(path).write_text(json.dumps(rows, indent=1))
 
 

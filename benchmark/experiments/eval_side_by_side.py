@@ -31,7 +31,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from benchmark.batch import BatchSettings, run_batch
+from benchmark.batch import BatchSettings, log_tail, run_batch
 from benchmark.experiments.harness_throughput import fresh_cache_env
 from benchmark.experiments.kernelbench_differential import (
     RELEASES,
@@ -99,6 +99,9 @@ def run_our_side(pairs: list[Pair], release: str, workers: int, work: Path, devi
     side.update({"side": "ours", "workers": workers, "results": str(results_path)})
     outcome = run_batch(pairs, results_path, settings, console=console)
     side.update({"workers": outcome.workers, "missing": outcome.missing})
+    if outcome.missing:
+        console.print(f"[red]{outcome.missing} pairs ended without a result[/red] (bad files?); "
+                      f"the run's log, {outcome.log_path}, ends:\n{log_tail(outcome.log_path, 12)}")
 
 
 def run_side(name: str, pairs: list[Pair], args, console: Console) -> dict:
