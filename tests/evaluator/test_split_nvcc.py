@@ -31,6 +31,13 @@ DEVICE_ONLY_ERROR = ("template <class T> __global__ void k(T* x) { x[0] = T::nop
                      "void h() { k<float><<<1, 1>>>(0); }\n")
 
 
+@pytest.fixture(autouse=True)
+def split_even_when_busy(monkeypatch):
+    """The tests compare the split path with nvcc's: they must not take nvcc's path because the
+    test machine happens to be busy (the tests of that choice set the variable themselves)."""
+    monkeypatch.setenv(split_nvcc.SPLIT_WHEN_BUSY_ENV, "1")
+
+
 @pytest.fixture
 def nvcc_environment():
     """PYTORCH_NVCC and the real nvcc's variable unset for the test and as they were after it
@@ -231,3 +238,36 @@ for name, nvcc in (("nvcc", None), ("split", sys.executable + " " + {str(SCRIPT)
     entries = [json.loads(line) for line in log.read_text().splitlines()]
     assert [entry["path"] for entry in entries] == ["split"], entries
     assert normalised(tmp_path / "split" / "cuda.cuda.o") == normalised(tmp_path / "nvcc" / "cuda.cuda.o")
+
+
+@pytest.mark.parametrize(("load", "busy"), [((16, 16), False), ((17, 16), True), ((40, 16), True), ((1, 2), False),
+                                            (None, False)])
+def test_a_busy_machine_builds_with_nvccs_own_sequence(monkeypatch, load, busy):
+    monkeypatch.delenv(split_nvcc.SPLIT_WHEN_BUSY_ENV)
+    monkeypatch.setattr(split_nvcc, "machine_load", lambda: load)
+    reason = split_nvcc.busy_reason()
+    assert (reason is not None) == busy
+    if busy:
+        assert f"{load[0]} threads runnable on {load[1]} cores" in reason
+    monkeypatch.setenv(split_nvcc.SPLIT_WHEN_BUSY_ENV, "1")
+    assert split_nvcc.busy_reason() is None
+
+
+def test_a_build_on_a_busy_machine_is_nvccs_and_says_why(tmp_path, monkeypatch, capfd):
+    (tmp_path / "kernel.cu").write_text(WITH_WARNINGS)
+    log = tmp_path / "nvcc.jsonl"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(split_nvcc.LOG_ENV, str(log))
+    monkeypatch.delenv(split_nvcc.SPLIT_WHEN_BUSY_ENV)
+    monkeypatch.setattr(split_nvcc, "machine_load", lambda: (64, 16))
+    monkeypatch.setattr(split_nvcc, "dry_run", lambda *_: pytest.fail("a busy machine gets no dry run"))
+    assert split_nvcc.main(["-c", "kernel.cu", "-o", "busy.o"]) == 0
+    entry = json.loads(log.read_text())
+    assert entry["path"] == "nvcc" and "busy" in entry["reason"]
+    assert capfd.readouterr().err.count('"never_read" was declared') == 1
+    assert (tmp_path / "busy.o").exists()
+
+
+def test_the_machine_load_is_read_from_proc():
+    load = split_nvcc.machine_load()
+    assert load is not None and load[0] >= 1 and load[1] == len(os.sched_getaffinity(0))
