@@ -121,3 +121,19 @@ def test_resume_names_a_cut_line_and_redoes_its_pair(tmp_path, monkeypatch):
         batch.run_batch(pairs, path, BatchSettings(device="cpu"), resume=True, console=console)
     assert "skipped 1 unreadable line(s) (line 2)" in console.export_text()
     assert planned == [pairs[1]]
+
+
+def test_the_manifest_holds_absolute_paths_for_pairs_given_relative_to_the_caller(tmp_path, monkeypatch):
+    """The run reads the manifest from its own directory: relative pairs were 'no such problem
+    file' there (72 pairs of the H100 side by side ended without a result)."""
+    from benchmark.pairs_plugin import read_manifest, write_manifest
+    from pytest_cudaagent.pairing import Pair
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p").mkdir()
+    manifest = tmp_path / "run" / "pairs.json"
+    manifest.parent.mkdir()
+    write_manifest(manifest, [Pair(Path("p/a.py"), Path("c/a.py"))])
+    monkeypatch.chdir(manifest.parent)
+    [pair] = read_manifest(manifest)
+    assert pair.problem == tmp_path / "p" / "a.py" and pair.candidate == tmp_path / "c" / "a.py"

@@ -66,3 +66,54 @@ def test_kernelbenchs_side_without_a_gpu_says_what_to_do(tmp_path):
                           "--work", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 2
     assert "--sides ours --device cpu" in run.stdout
+
+
+def test_our_rows_count_the_phases_the_build_overlaps_as_the_build(tmp_path):
+    """The candidate builds from its start while the parent waits on the sandbox's report and the
+    reference: those waits are build time, and outside it is what follows the build."""
+    from benchmark.experiments.eval_side_by_side import our_rows
+    from pytest_cudaagent.result import Result
+    from pytest_cudaagent.results_file import append_result
+
+    result = Result("/k/level2_7_x.py", "/c/level2_7_x.py", status="passed")
+    result.phase_seconds = {"sandbox": 1.0, "reference": 4.0, "build": 100.0, "construct": 0.5, "correctness": 2.5}
+    append_result(tmp_path / "results.jsonl", result)
+    [row] = our_rows(tmp_path / "results.jsonl")
+    assert row["build_s"] == pytest.approx(105.0) and row["outside_build_s"] == pytest.approx(3.0)
+    assert row["seconds"] == pytest.approx(108.0) and row["outcome"] == "correct"
+    assert our_rows(tmp_path / "none.jsonl") == []
+
+
+def test_medians_per_level_from_the_problem_names():
+    from benchmark.experiments.eval_side_by_side import by_level, level_of
+
+    assert level_of("/w/styles/problems/level3_9_ResNet18.py") == "level3" and level_of("/p/small.py") == "other"
+    rows = [{"problem": f"/p/level{level}_{n}.py", "candidate": "/c/x.py", "outcome": "correct", "seconds": seconds,
+             "build_s": seconds - after, "outside_build_s": after}
+            for level, n, seconds, after in [(1, 1, 50.0, 2.0), (1, 2, 60.0, 4.0), (3, 1, 70.0, 9.0)]]
+    levels = {row["level"]: row for row in by_level({"ours": {"rows": rows}})}
+    assert levels["level1"]["pairs"] == 2 and levels["level1"]["median_outside_build_s"] == pytest.approx(3.0)
+    assert levels["level1"]["max_outside_build_s"] == 4.0 and levels["level3"]["median_eval_s"] == 70.0
+
+
+def test_a_side_cut_at_the_deadline_keeps_what_ended(tmp_path, monkeypatch):
+    import argparse
+    import threading
+
+    import benchmark.experiments.eval_side_by_side as side_by_side
+
+    release = threading.Event()
+
+    def slow_side(pairs, checkout, release_name, workers, work, side):
+        side["rows"].append({"problem": "/p/a.py", "candidate": "/c/a.py", "outcome": "correct", "seconds": 1.0})
+        release.wait(30)  # the second evaluation never ends before the deadline
+
+    monkeypatch.setattr(side_by_side, "run_kernelbench_side", slow_side)
+    args = argparse.Namespace(kernelbench=tmp_path, release="v0.1", workers=2, work=tmp_path, deadline=0.5)
+    try:
+        side = side_by_side.run_side("kernelbench", ["a", "b"], args, console=None)
+    finally:
+        release.set()
+    assert side["finished"] is False and side["pairs_asked"] == 2 and len(side["rows"]) == 1
+    assert 0.5 <= side["wall_s"] < 5
+    assert summarise({"kernelbench": side})[0]["asked"] == 2
