@@ -95,7 +95,12 @@ class Evaluation:
             result.backend_settings = {"configured": reference["backend_settings"]}
             if self.config.timing:
                 self._ask_fresh_sets_ahead(reference_worker, reference)
-            self._phase("build", lambda: candidate_worker.receive(self.config.build_timeout_s, label="build"))
+            built = self._phase("build", lambda: candidate_worker.receive(self.config.build_timeout_s, label="build"))
+            # The build as the worker timed it, from its start: the parent's "build" phase is only
+            # what remained of it after the sandbox's report and the reference.
+            # (Sent by the candidate's process: a number or nothing, never trusted for a verdict.)
+            if isinstance(built.get("seconds"), (int, float)):
+                result.profile["candidate.built_after"] = float(built["seconds"])
             constructed = self._phase("construct", lambda: candidate_worker.request(
                 ("construct", reference["init_inputs"], reference["state_dict"], reference["seed"]),
                 self.config.run_timeout_s))

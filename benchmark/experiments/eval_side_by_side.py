@@ -87,9 +87,12 @@ def our_rows(results_path: Path) -> list[dict]:
         # The candidate builds from its start: the sandbox's and the reference's phases are waits
         # the build overlaps, so "build" is the time until it was built, and outside it what follows.
         until_built = sum(phases.get(name, 0.0) for name in UNTIL_BUILT)
+        built_after = result.profile.get("candidate.built_after")
         rows.append({"problem": result.problem, "candidate": result.candidate, "outcome": our_outcome(result.status),
                      "status": result.status, "build_s": until_built,
-                     "outside_build_s": sum(phases.values()) - until_built, "seconds": sum(phases.values())})
+                     "outside_build_s": sum(phases.values()) - until_built, "seconds": sum(phases.values()),
+                     # the worker's own build time (its imports and the candidate's load_inline)
+                     "built_after_s": built_after})
     return rows
 
 
@@ -109,6 +112,17 @@ def run_our_side(pairs: list[Pair], release: str, workers: int, work: Path, devi
                       f"the run's log, {outcome.log_path}, ends:\n{log_tail(outcome.log_path, 12)}")
 
 
+def machine_cpu_s() -> float | None:
+    """Busy CPU seconds of the whole machine so far (/proc/stat), every process counted: on a
+    device of its own, a side's compute, whatever process tree it ran in."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except (OSError, IndexError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(value) for value in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def run_side(name: str, pairs: list[Pair], args, console: Console) -> dict:
     """One side, timed; with --deadline, what ended by then (`finished` false, wall = the deadline)."""
     side: dict = {"side": name, "workers": args.workers, "rows": [], "began": time.perf_counter()}
@@ -116,11 +130,14 @@ def run_side(name: str, pairs: list[Pair], args, console: Console) -> dict:
         work = lambda: run_kernelbench_side(pairs, args.kernelbench, args.release, args.workers, args.work, side)  # noqa: E731
     else:
         work = lambda: run_our_side(pairs, args.release, args.workers, args.work, args.device, console, side)  # noqa: E731
+    cpu_before = machine_cpu_s()
     runner = threading.Thread(target=work, daemon=True)
     runner.start()
     runner.join(args.deadline)
     side["finished"] = not runner.is_alive()
     side["wall_s"] = time.perf_counter() - side.pop("began")
+    cpu_after = machine_cpu_s()
+    side["machine_cpu_s"] = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None
     if name == "ours":
         side["rows"] = our_rows(Path(side.pop("results")))
     side["rows"] = list(side["rows"])
@@ -145,6 +162,8 @@ def summarise(sides: dict[str, dict]) -> list[dict]:
             "median_outside_build_s": (statistics.median(row["outside_build_s"] for row in rows)
                                        if rows and "outside_build_s" in rows[0] else None),
             "wall_vs_kernelbench": side["wall_s"] / kb_wall if kb_wall else None,
+            # the machine's busy CPU seconds per evaluation that ended (all of a side's processes)
+            "cpu_s_per_eval": side["machine_cpu_s"] / len(rows) if side.get("machine_cpu_s") and rows else None,
         })
     return summary
 
@@ -188,7 +207,7 @@ def agreement(sides: dict[str, dict]) -> tuple[int, int] | None:
 def print_summary(sides: dict[str, dict], console: Console) -> None:
     table = Table(title="KernelBench's eval and ours, side by side (correctness only, cold caches; seconds)")
     columns = ("side", "workers", "pairs", "asked", "wall_s", "median_eval_s", "median_build_s", "median_outside_build_s",
-               "wall_vs_kernelbench")
+               "wall_vs_kernelbench", "cpu_s_per_eval")
     for column in columns:
         table.add_column(column)
     for row in summarise(sides):

@@ -40,6 +40,9 @@ def test_honest_cpp_candidate_passes_with_timing_and_eager_baseline():
     assert {"reference.prepare", "reference.fresh_sets", "candidate.start", "candidate.build",
             "candidate.construct", "candidate.forward", "candidate.warm", "candidate.time", "compare"} <= set(result.profile)
     assert all(seconds >= 0 for seconds in result.profile.values())
+    # The worker's own build time, from its start: at least what the parent still waited for
+    # after the sandbox's report and the reference.
+    assert result.profile["candidate.built_after"] >= result.profile["candidate.build"] - 0.05
     # The correctness phase is its five forward round trips and their comparisons, little else.
     assert result.profile["candidate.forward"] <= result.phase_seconds["correctness"]
     assert Result.from_json(result.to_json()).profile == result.profile
