@@ -161,7 +161,9 @@ def summarise(sides: dict[str, dict]) -> list[dict]:
             "median_build_s": statistics.median(row["build_s"] for row in rows) if rows and "build_s" in rows[0] else None,
             "median_outside_build_s": (statistics.median(row["outside_build_s"] for row in rows)
                                        if rows and "outside_build_s" in rows[0] else None),
-            "wall_vs_kernelbench": side["wall_s"] / kb_wall if kb_wall else None,
+            # none where either side was cut at the deadline: the walls then measure different work
+            "wall_vs_kernelbench": (side["wall_s"] / kb_wall if kb_wall and side.get("finished", True)
+                                    and sides["kernelbench"].get("finished", True) else None),
             # the machine's busy CPU seconds per evaluation that ended (all of a side's processes)
             "cpu_s_per_eval": side["machine_cpu_s"] / len(rows) if side.get("machine_cpu_s") and rows else None,
         })

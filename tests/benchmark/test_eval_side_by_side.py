@@ -117,3 +117,4 @@ def test_a_side_cut_at_the_deadline_keeps_what_ended(tmp_path, monkeypatch):
     assert side["finished"] is False and side["pairs_asked"] == 2 and len(side["rows"]) == 1
     assert 0.5 <= side["wall_s"] < 5
     assert summarise({"kernelbench": side})[0]["asked"] == 2
+    assert summarise({"kernelbench": side})[0]["wall_vs_kernelbench"] is None  # cut short: no ratio
