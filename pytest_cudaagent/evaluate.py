@@ -74,6 +74,8 @@ class Evaluation:
         self._fresh_ahead: list[dict] = []
         # The candidate's process or a compiler of its build was killed by a signal from outside.
         self.killed_from_outside = False
+        # Trials the reference could not repeat: its reply (why: "seed" or "settings").
+        self._unrepeatable: dict[int, dict] = {}
 
     # -- orchestration --------------------------------------------------------------------------
 
@@ -271,6 +273,8 @@ class Evaluation:
         reply = self._phase("reference", lambda: reference_worker.request(
             ("repeats_itself", index), self.config.run_timeout_s), worker=reference_worker, problem_side=True,
             record=False)
+        if not reply["deterministic"]:
+            self._unrepeatable[index] = reply
         return reply["deterministic"]
 
     def _note_output_reuse(self, reused: list[Violation]) -> None:
@@ -485,8 +489,16 @@ class Evaluation:
             failing = next(trial for trial in self.result.trials if not trial.correct)
             if failing.index in self.result.nondeterministic_trials:
                 self.result.status = "nondeterministic_reference"
-                self.result.error = (f"trial {failing.index}: {failing.error}; the reference itself gives another "
-                                     "answer under the same seed, so this trial cannot judge the candidate")
+                why = self._unrepeatable.get(failing.index, {})
+                if why.get("cause") == "settings":
+                    self.result.error = (
+                        f"trial {failing.index}: {failing.error}; the reference itself, run under the run's backend "
+                        f"settings ({'; '.join(why['settings'])}) as the candidate is, gives another answer than at "
+                        "full fp32 (it is that sensitive to rounding), so this trial cannot judge the candidate; "
+                        "--backend strict-fp32 runs both at full fp32")
+                else:
+                    self.result.error = (f"trial {failing.index}: {failing.error}; the reference itself gives another "
+                                         "answer under the same seed, so this trial cannot judge the candidate")
             else:
                 self.result.status = "incorrect"
                 self.result.error = f"trial {failing.index}: {failing.error}"

@@ -105,7 +105,7 @@ def reference_main(conn, spec: dict) -> None:
     setup_worker(spec)
     import torch
 
-    from .backend_settings import BackendSettings, applied, apply, capture, reference_settings
+    from .backend_settings import BackendSettings, applied, apply, capture, diff, reference_settings
     from .compare import compare_outputs
     from .config import EvalConfig
     from .conventions import get_convention, training_mode_hint
@@ -178,12 +178,25 @@ def reference_main(conn, spec: dict) -> None:
         return {"sets": draw_sets(count)}
 
     def repeats_itself(index: int) -> dict:
-        """Whether the reference gives set `index` the same answer again under the same seed."""
+        """Whether the reference gives set `index` the same answer again: under the same seed,
+        and under the run's backend settings (those the candidate runs under: cuDNN's TF32 by
+        default) as at full fp32. A model whose answer those settings change beyond the
+        tolerance (a BatchNorm over two samples turns TF32's rounding into other signs) cannot
+        judge a candidate that runs PyTorch's own operators under them."""
         trial_set = state["sets"][index]
         with device_work(device):
             again = _to_cpu(run_reference(trial_set["inputs"], trial_set["seed"]))
         check = compare_outputs(index, trial_set["outputs"], again, config.tolerances())
-        return {"deterministic": check.correct, "detail": check.error}
+        if not check.correct:
+            return {"deterministic": False, "cause": "seed", "detail": check.error}
+        lowered = diff(reference_settings(configured), configured)
+        if lowered:
+            with applied(configured), device_work(device):
+                under_run = _to_cpu(run_reference(trial_set["inputs"], trial_set["seed"]))
+            check = compare_outputs(index, trial_set["outputs"], under_run, config.tolerances())
+            if not check.correct:
+                return {"deterministic": False, "cause": "settings", "settings": lowered, "detail": check.error}
+        return {"deterministic": True, "cause": None, "detail": None}
 
     def baseline(mode: str, set_indices: list[int], settings: dict) -> dict:
         model = state["model"]
