@@ -171,25 +171,79 @@ def _clean_env() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name not in dropped}
 
 
+# Where the PCH pays: a C++ source that includes all of torch/extension.h (load_inline's own
+# main.cpp unless no_implicit_headers=True). Forced into a source that includes only
+# torch/types.h and pybind, it made the compile slower (H100: 16.4 -> 22.8 s; README, "Builds").
+EXTENSION_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]torch/extension\.h[>"]', re.MULTILINE)
+
+
+def includes_extension_header(sources) -> bool:
+    """Whether a C++ (not CUDA) source among these files includes torch/extension.h."""
+    for source in sources:
+        if Path(source).suffix in (".cu", ".cuh"):
+            continue
+        try:
+            if EXTENSION_INCLUDE.search(Path(source).read_text(errors="replace")):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def requested_variants(candidate, device: str) -> list[PchVariant]:
     """The variants a candidate's builds will ask for, read from its source without running it:
-    each `load_inline`/`load` call whose `extra_cflags` is written out as a list of strings. A
-    workspace builds with the evaluator's own flags (files.build_workspace_extension)."""
+    each `load_inline`/`load` call whose `extra_cflags` is written out as a list of strings and
+    whose C++ may include torch/extension.h. A workspace builds with the evaluator's own flags
+    (files.build_workspace_extension), its binding through binding_registry.h, which includes it."""
     from .files import WORKSPACE_CFLAGS
 
     if candidate.workspace:
-        calls = [(WORKSPACE_CFLAGS, device == "cuda")]
+        calls = [(WORKSPACE_CFLAGS, device == "cuda", True)]
     else:
         calls = _literal_build_calls(candidate.model_file, device)
-    variants = [pch_variant(flags, with_cuda) for flags, with_cuda in calls]
+    variants = [pch_variant(flags, with_cuda) for flags, with_cuda, extension in calls if extension]
     return list(dict.fromkeys(v for v in variants if v is not None))
 
 
-def _literal_build_calls(path: Path, device: str) -> list[tuple[list[str], bool]]:
+def _string_constants(tree: ast.Module) -> dict[str, str]:
+    """Module-level NAME = "..." assignments (a candidate's C++ source is usually one)."""
+    constants = {}
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            constants[node.targets[0].id] = node.value.value
+    return constants
+
+
+def _may_include_extension(node: ast.Call, keywords: dict, constants: dict[str, str]) -> bool:
+    """False only when the call's C++ sources are known not to include torch/extension.h:
+    no_implicit_headers=True and every cpp source a literal or module constant without it."""
+    try:
+        no_implicit = ast.literal_eval(keywords["no_implicit_headers"]) if "no_implicit_headers" in keywords else False
+    except ValueError:
+        return True
+    if no_implicit is not True:
+        return True
+    sources = keywords.get("cpp_sources", node.args[1] if len(node.args) > 1 else None)
+    items = sources.elts if isinstance(sources, (ast.List, ast.Tuple)) else [sources]
+    texts = []
+    for item in items:
+        if isinstance(item, ast.Constant) and isinstance(item.value, str):
+            texts.append(item.value)
+        elif isinstance(item, ast.Name) and item.id in constants:
+            texts.append(constants[item.id])
+        else:
+            return True  # computed: the worker reads the written file and decides
+    return any(EXTENSION_INCLUDE.search(text) for text in texts)
+
+
+def _literal_build_calls(path: Path, device: str) -> list[tuple[list[str], bool, bool]]:
+    """(extra_cflags, with_cuda, whether its C++ may include torch/extension.h) per call."""
     try:
         tree = ast.parse(Path(path).read_text())
     except (OSError, SyntaxError, ValueError):
         return []
+    constants = _string_constants(tree)
     calls = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -209,7 +263,8 @@ def _literal_build_calls(path: Path, device: str) -> list[tuple[list[str], bool]
             else:
                 with_cuda = device == "cuda"
         if isinstance(flags, (list, tuple)) and all(isinstance(flag, str) for flag in flags):
-            calls.append((list(flags), bool(with_cuda)))
+            extension = name == "load" or _may_include_extension(node, keywords, constants)
+            calls.append((list(flags), bool(with_cuda), extension))
     return calls
 
 
@@ -283,7 +338,8 @@ def install(pch_root: Path | None, split: bool = True) -> None:
         with_cuda = arguments.get("with_cuda")
         if with_cuda is None:
             with_cuda = any(Path(source).suffix in (".cu", ".cuh") for source in sources)
-        variant = pch_variant(arguments.get("extra_cflags"), with_cuda) if pch_root is not None else None
+        variant = (pch_variant(arguments.get("extra_cflags"), with_cuda)
+                   if pch_root is not None and includes_extension_header(sources) else None)
         header = ready_pch(pch_root, variant) if variant is not None else None
         if header is not None:
             arguments["extra_cflags"] = [*(arguments.get("extra_cflags") or []), "-include", str(header)]

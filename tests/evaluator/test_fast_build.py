@@ -69,7 +69,8 @@ def build_log_lines(cache_dir: Path, key: str) -> int:
 
 
 def test_flags_are_read_from_the_source_and_unsafe_ones_get_no_shared_header(tmp_path):
-    plain = requested_variants(check_candidate(CPU_CANDIDATES / "row_sum.py"), "cpu")
+    implicit = write_candidate(tmp_path / "implicit.py", "implicit_headers", ROW_SUM_CPP)
+    plain = requested_variants(check_candidate(implicit), "cpu")
     assert [variant.cflags[-1] for variant in plain] == ["-O3"]
     # The candidate's own macros share the header: gcc checks the macros the header reads.
     assert pch_variant(["-O3", "-DROW_SCALE=2"], False) == plain[0]
@@ -96,13 +97,14 @@ def test_a_lock_file_left_by_a_killed_build_is_cleared_while_a_live_build_lock_i
 @pytest.mark.slow
 def test_candidates_share_one_pch_and_keep_their_own_flags(tmp_path):
     cache_dir = default_cache_dir()
-    variant = requested_variants(check_candidate(CPU_CANDIDATES / "row_sum.py"), "cpu")[0]
-    first = evaluate(PROBLEMS / "row_sum.py", CPU_CANDIDATES / "row_sum.py", cpu_config(cache_dir=cache_dir, fast_build=True))
+    implicit = write_candidate(tmp_path / "implicit.py", "implicit_row_sum", ROW_SUM_CPP, '["-O3", "-DROW_SCALE=1"]')
+    variant = requested_variants(check_candidate(implicit), "cpu")[0]
+    first = evaluate(PROBLEMS / "row_sum.py", implicit, cpu_config(cache_dir=cache_dir, fast_build=True))
     assert first.status == "passed", first.error
     builds = build_log_lines(cache_dir, variant.key())
     assert builds >= 1 and ready_pch(pch_dir(cache_dir), variant) is not None
     # A second candidate with its own -D flag: same header, not rebuilt, and its macro works.
-    scaled = write_candidate(tmp_path / "scaled.py", "scaled_row_sum", ROW_SUM_CPP, '["-O3", "-DROW_SCALE=1"]')
+    scaled = write_candidate(tmp_path / "scaled.py", "scaled_row_sum", ROW_SUM_CPP, '["-O3", "-DROW_SCALE=1.0"]')
     second = evaluate(PROBLEMS / "row_sum.py", scaled, cpu_config(cache_dir=cache_dir, fast_build=True))
     assert second.status == "passed", second.error
     assert build_log_lines(cache_dir, variant.key()) == builds
@@ -188,3 +190,36 @@ def running(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_the_shared_header_goes_only_to_sources_that_include_all_of_torch_extension_h(tmp_path):
+    """Forced into a binding that includes torch/types.h and pybind only, the PCH made it slower
+    (H100: 16.4 -> 22.8 s); load_inline's own main.cpp includes torch/extension.h unless told not to."""
+    from pytest_cudaagent.fast_build import includes_extension_header
+
+    # The bundled candidates: no_implicit_headers=True, torch/types.h: no PCH asked for.
+    for name in ("row_sum.py", "leaky_relu.py"):
+        assert requested_variants(check_candidate(CPU_CANDIDATES / name), "cpu") == [], name
+    explicit = tmp_path / "explicit.py"
+    explicit.write_text(textwrap.dedent('''
+        import torch.nn as nn
+        from torch.utils.cpp_extension import load_inline
+
+        SOURCE = "#include <torch/extension.h>\\ntorch::Tensor f(torch::Tensor x) { return x; }"
+        TYPES = "#include <torch/types.h>\\ntorch::Tensor g(torch::Tensor x) { return x; }"
+        with_it = load_inline("with_it", cpp_sources=[SOURCE], no_implicit_headers=True, extra_cflags=["-O2"])
+        without = load_inline("without", cpp_sources=TYPES, no_implicit_headers=True, extra_cflags=["-O1"])
+        computed = load_inline("computed", cpp_sources=[TYPES + ""], no_implicit_headers=True, extra_cflags=["-O0"])
+
+
+        class ModelNew(nn.Module):
+            pass
+    '''))
+    levels = sorted(variant.cflags[-1] for variant in requested_variants(check_candidate(explicit), "cpu"))
+    assert levels == ["-O0", "-O2"]  # a computed source may include it: built, the worker decides
+    # The worker reads what torch wrote: C++ sources only, the include at the start of a line.
+    (tmp_path / "main.cpp").write_text("#include <torch/types.h>\n// #include <torch/extension.h>\n")
+    (tmp_path / "kernel.cu").write_text("#include <torch/extension.h>\n")
+    (tmp_path / "binding.cpp").write_text("  #  include \"torch/extension.h\"\n")
+    assert not includes_extension_header([tmp_path / "main.cpp", tmp_path / "kernel.cu", tmp_path / "missing.cpp"])
+    assert includes_extension_header([tmp_path / "main.cpp", tmp_path / "binding.cpp"])
