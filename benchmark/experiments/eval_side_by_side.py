@@ -206,24 +206,23 @@ def agreement(sides: dict[str, dict]) -> tuple[int, int] | None:
     return sum(theirs[key] == ours[key] for key in both), len(both)
 
 
-def print_summary(sides: dict[str, dict], console: Console) -> None:
-    table = Table(title="KernelBench's eval and ours, side by side (correctness only, cold caches; seconds)")
-    columns = ("side", "workers", "pairs", "asked", "wall_s", "median_eval_s", "median_build_s", "median_outside_build_s",
-               "wall_vs_kernelbench", "cpu_s_per_eval")
+def _table(title: str, columns: tuple[str, ...], rows: list[dict]) -> Table:
+    table = Table(title=title)
     for column in columns:
         table.add_column(column)
-    for row in summarise(sides):
+    for row in rows:
         table.add_row(*[("" if row[c] is None else f"{row[c]:.2f}" if isinstance(row[c], float) else str(row[c]))
                         for c in columns])
-    console.print(table)
-    levels = Table(title="per level (seconds per evaluation)")
-    level_columns = ("side", "level", "pairs", "median_eval_s", "median_outside_build_s", "max_outside_build_s")
-    for column in level_columns:
-        levels.add_column(column)
-    for row in by_level(sides):
-        levels.add_row(*[("" if row[c] is None else f"{row[c]:.2f}" if isinstance(row[c], float) else str(row[c]))
-                         for c in level_columns])
-    console.print(levels)
+    return table
+
+
+def print_summary(sides: dict[str, dict], console: Console) -> None:
+    console.print(_table("KernelBench's eval and ours, side by side (correctness only, cold caches; seconds)",
+                         ("side", "workers", "pairs", "asked", "wall_s", "median_eval_s", "median_build_s",
+                          "median_outside_build_s", "wall_vs_kernelbench", "cpu_s_per_eval"), summarise(sides)))
+    console.print(_table("per level (seconds per evaluation)",
+                         ("side", "level", "pairs", "median_eval_s", "median_outside_build_s", "max_outside_build_s"),
+                         by_level(sides)))
     agreed = agreement(sides)
     if agreed:
         console.print(f"agreement on correctness: {agreed[0]} of {agreed[1]} pairs")
