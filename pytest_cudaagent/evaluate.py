@@ -101,7 +101,7 @@ class Evaluation:
             # The build as the worker timed it, from its start: the parent's "build" phase is only
             # what remained of it after the sandbox's report and the reference.
             # (Sent by the candidate's process: a number or nothing, never trusted for a verdict.)
-            if isinstance(built.get("seconds"), (int, float)):
+            if isinstance(built, dict) and isinstance(built.get("seconds"), (int, float)):
                 result.profile["candidate.built_after"] = float(built["seconds"])
             constructed = self._phase("construct", lambda: candidate_worker.request(
                 ("construct", reference["init_inputs"], reference["state_dict"], reference["seed"]),
