@@ -6,6 +6,7 @@ what is outside it) and how often the two agree on correctness.
     python -m benchmark.experiments.eval_side_by_side --kernelbench .kernelbench/ --work DIR \\
         [--workers 14] [--sides kernelbench,ours] [--pairs PROBLEMS_DIR CANDIDATES_DIR]... \\
         [--against PROBLEM CANDIDATES_DIR]... [--results KB_RESULTS_DIR] [--styles N] [--release v0.1|main] [--json FILE]
+        [--our-config EVALCONFIG_JSON] [--deadline S]
 
 `--styles 72`: the issue's set, 72 CUDA candidates in the styles of published solutions for the
 checkout's own problems (published_styles.py), written under --work. Otherwise pairs are chosen as
@@ -97,10 +98,11 @@ def our_rows(results_path: Path) -> list[dict]:
 
 
 def run_our_side(pairs: list[Pair], release: str, workers: int, work: Path, device: str, console: Console,
-                 side: dict) -> None:
+                 side: dict, config_file: Path | None = None) -> None:
     os.environ.update(fresh_cache_env(work / "ours-caches"))
     settings = BatchSettings(device=device, workers=workers, trials=TRIALS, baselines=(), timing=False,
-                             policy="permissive", tolerance=RELEASES[release][1], convention="kernelbench")
+                             policy="permissive", tolerance=RELEASES[release][1], convention="kernelbench",
+                             config_file=config_file.resolve() if config_file else None)
     results_path = work / "ours" / "results.jsonl"
     results_path.unlink(missing_ok=True)  # a side is always measured from nothing
     results_path.parent.mkdir(parents=True, exist_ok=True)
@@ -129,7 +131,8 @@ def run_side(name: str, pairs: list[Pair], args, console: Console) -> dict:
     if name == "kernelbench":
         work = lambda: run_kernelbench_side(pairs, args.kernelbench, args.release, args.workers, args.work, side)  # noqa: E731
     else:
-        work = lambda: run_our_side(pairs, args.release, args.workers, args.work, args.device, console, side)  # noqa: E731
+        work = lambda: run_our_side(pairs, args.release, args.workers, args.work, args.device, console, side,  # noqa: E731
+                                    getattr(args, "our_config", None))
     cpu_before = machine_cpu_s()
     runner = threading.Thread(target=work, daemon=True)
     runner.start()
@@ -244,6 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--styles", type=int, metavar="N",
                         help="N candidates in published solutions' styles for the checkout's problems (instead of the default set)")
     parser.add_argument("--json", type=Path, help="write the summary and both sides here")
+    parser.add_argument("--our-config", type=Path, metavar="JSON",
+                        help="an EvalConfig JSON for our side (--cudaagent-config), e.g. {\"fast_build\": true}")
     parser.add_argument("--deadline", type=float, default=None, metavar="S",
                         help="stop waiting for a side after S seconds and keep what ended (a time-limited device)")
     return parser

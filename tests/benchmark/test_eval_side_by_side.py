@@ -118,3 +118,27 @@ def test_a_side_cut_at_the_deadline_keeps_what_ended(tmp_path, monkeypatch):
     assert 0.5 <= side["wall_s"] < 5
     assert summarise({"kernelbench": side})[0]["asked"] == 2
     assert summarise({"kernelbench": side})[0]["wall_vs_kernelbench"] is None  # cut short: no ratio
+
+
+def test_our_side_takes_an_evaluation_config_for_what_has_no_option(tmp_path, monkeypatch):
+    """--our-config: e.g. {"fast_build": true}, passed to the batch as --cudaagent-config."""
+    import argparse
+    import types
+
+    import benchmark.experiments.eval_side_by_side as side_by_side
+
+    seen = {}
+
+    def batch(pairs, results_path, settings, console=None):
+        seen["settings"] = settings  # nothing run: only the settings are looked at
+        return types.SimpleNamespace(workers=1, missing=0, log_path=None)
+
+    monkeypatch.setattr(side_by_side, "run_batch", batch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fast.json").write_text('{"fast_build": true}')
+    args = argparse.Namespace(release="v0.1", workers=1, work=tmp_path, device="cpu", deadline=30,
+                              our_config=Path("fast.json"))
+    side = side_by_side.run_side("ours", [], args, console=None)
+    assert side["finished"] and side["rows"] == []
+    assert seen["settings"].config_file == tmp_path / "fast.json"
+    assert side_by_side.build_parser().parse_args(["--work", "w", "--our-config", "c.json"]).our_config == Path("c.json")
