@@ -235,20 +235,23 @@ class Evaluation:
         unwatched (no operator audit), while whatever it kept holds the previous trial's answer,
         then watched. Both calls are judged; the trial is the first that fails, else the watched."""
         for index, trial_set in enumerate(trial_sets):
-            unwatched = self._checked_forward(worker, index, trial_set, watched=False) if index else None
-            trial = self._checked_forward(worker, index, trial_set, watched=True)
+            unwatched, unwatched_outputs = (self._checked_forward(worker, index, trial_set, watched=False) if index
+                                            else (None, None))
+            trial, outputs = self._checked_forward(worker, index, trial_set, watched=True)
             if unwatched is not None and not unwatched.correct:
                 unwatched.error = f"called without the operator audit: {unwatched.error}"
-                trial = unwatched
+                trial, outputs = unwatched, unwatched_outputs
             if not trial.correct and trial.error != OUTPUT_UNREADABLE \
-                    and not self._reference_repeats_itself(reference_worker, index):
+                    and not self._reference_repeats_itself(reference_worker, index, outputs):
                 self.result.nondeterministic_trials.append(index)
             self.result.trials.append(trial)
         self._note_output_reuse(worker.request(("check_held",), self.config.run_timeout_s)["reused"])
         self.result.correct = all(trial.correct for trial in self.result.trials)
 
-    def _checked_forward(self, worker: Worker, index: int, trial_set: dict, watched: bool) -> TrialResult:
-        """One call on a trial's set, every check of a correctness call applied to it."""
+    def _checked_forward(self, worker: Worker, index: int, trial_set: dict,
+                         watched: bool) -> tuple[TrialResult, list]:
+        """One call on a trial's set, every check of a correctness call applied to it; its
+        judgement and the outputs it was made on."""
         # A private copy: tensors cross the pipe in shared memory, so what the candidate writes
         # into its inputs would otherwise also change the pristine copy kept here.
         candidate_inputs = [t.clone() if isinstance(t, torch.Tensor) else t for t in trial_set["inputs"]]
@@ -264,18 +267,27 @@ class Evaluation:
             trial = compare_outputs(index, trial_set["outputs"], outputs, self.config.tolerances())
         if None in outputs:
             trial.correct, trial.error = False, OUTPUT_UNREADABLE
-        return trial
+        return trial, outputs
 
-    def _reference_repeats_itself(self, reference_worker: Worker, index: int) -> bool:
+    def _reference_repeats_itself(self, reference_worker: Worker, index: int, candidate_outputs=None) -> bool:
         """Asked only when the candidate disagrees: does the reference agree with itself under
-        the same seed? If not, the trial cannot judge anyone."""
+        the same seed? If not, the trial cannot judge anyone. And under the run's backend
+        settings, those the candidate ran under? If not, the trial cannot judge a candidate whose
+        answer is the reference's under those settings; one that matches neither is wrong."""
         self._collect_fresh_sets(reference_worker)  # replies come in request order
         reply = self._phase("reference", lambda: reference_worker.request(
             ("repeats_itself", index), self.config.run_timeout_s), worker=reference_worker, problem_side=True,
             record=False)
-        if not reply["deterministic"]:
-            self._unrepeatable[index] = reply
-        return reply["deterministic"]
+        if reply["deterministic"]:
+            return True
+        if reply.get("cause") == "settings":
+            with self._profiled("compare"):
+                as_under_settings = compare_outputs(index, reply["outputs"], list(candidate_outputs or []),
+                                                    self.config.tolerances()).correct
+            if not as_under_settings:
+                return True  # far from the reference under either settings: the trial judges it
+        self._unrepeatable[index] = {key: value for key, value in reply.items() if key != "outputs"}
+        return False
 
     def _note_output_reuse(self, reused: list[Violation]) -> None:
         """Storage handed out and overwritten later: a caller holding results sees them change.

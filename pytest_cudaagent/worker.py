@@ -195,7 +195,9 @@ def reference_main(conn, spec: dict) -> None:
                 under_run = _to_cpu(run_reference(trial_set["inputs"], trial_set["seed"]))
             check = compare_outputs(index, trial_set["outputs"], under_run, config.tolerances())
             if not check.correct:
-                return {"deterministic": False, "cause": "settings", "settings": lowered, "detail": check.error}
+                # Its answer under those settings: the parent sees whether the candidate's is that one.
+                return {"deterministic": False, "cause": "settings", "settings": lowered, "detail": check.error,
+                        "outputs": under_run}
         return {"deterministic": True, "cause": None, "detail": None}
 
     def baseline(mode: str, set_indices: list[int], settings: dict) -> dict:

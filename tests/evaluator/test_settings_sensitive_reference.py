@@ -1,11 +1,10 @@
 """A failed trial where the reference itself answers otherwise under the run's backend settings
-(those the candidate runs under) than at full fp32: the trial cannot judge the candidate, as
-when the reference does not repeat itself under the same seed (`nondeterministic_reference`).
+(those the candidate runs under) than at full fp32: the trial cannot judge a candidate whose
+answer is the reference's under those settings, as when the reference does not repeat itself
+under the same seed (`nondeterministic_reference`); one far from both is still incorrect.
 Found on the H100: KernelBench's EfficientNetB2 with the problem's own model as the candidate."""
 
 from pathlib import Path
-
-import pytest
 
 from pytest_cudaagent import evaluate
 from tests.helpers import cpu_config
@@ -35,13 +34,18 @@ def candidate(tmp_path: Path, body: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("body", [HONEST, WRONG], ids=["honest", "wrong"])
-def test_a_reference_that_moves_with_the_run_settings_cannot_judge(tmp_path, body):
-    result = evaluate(SENSITIVE, candidate(tmp_path, body), cpu_config(policy="permissive", timing=False))
+def test_a_reference_that_moves_with_the_run_settings_cannot_judge_its_own_answer_under_them(tmp_path):
+    result = evaluate(SENSITIVE, candidate(tmp_path, HONEST), cpu_config(policy="permissive", timing=False))
     assert result.status == "nondeterministic_reference" and not result.passed and result.reward == -1
     assert result.nondeterministic_trials == [0, 1, 2, 3, 4]  # every trial failed, none can judge
     assert "under the run's backend settings" in result.error and "cudnn.allow_tf32" in result.error
     assert "--backend strict-fp32" in result.error
+
+
+def test_a_candidate_far_from_the_reference_under_either_settings_is_incorrect(tmp_path):
+    result = evaluate(SENSITIVE, candidate(tmp_path, WRONG), cpu_config(policy="permissive", timing=False))
+    assert result.status == "incorrect" and result.nondeterministic_trials == []
+    assert "under the run's backend settings" not in result.error
 
 
 def test_at_full_fp32_the_same_trials_judge_again(tmp_path):
