@@ -66,6 +66,7 @@ class Worker:
         child_conn.close()
         self.memory_cap_bytes = memory_cap_gb * 1024**3
         self.peak_rss_bytes = 0
+        self.cpu_s: float | None = None  # the process tree's CPU seconds, read as it is closed
         # Seconds spent waiting on each kind of request (its name) or unrequested message (the
         # label given to receive), summed: where an evaluation's time went (Result.profile).
         self.seconds: dict[str, float] = {}
@@ -159,7 +160,27 @@ class Worker:
             self.process.kill()
         self.process.join(timeout=10)
 
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds of the worker's process tree so far: each live process's own and those of
+        the children it has reaped (a build's compilers, through ninja and the sandbox's init).
+        None once the worker has ended."""
+        try:
+            root = psutil.Process(self.process.pid)
+            tree = [root, *root.children(recursive=True)]
+        except (psutil.Error, ValueError):
+            return None
+        total = 0.0
+        for process in tree:
+            try:
+                times = process.cpu_times()
+            except psutil.Error:
+                continue
+            total += times.user + times.system + times.children_user + times.children_system
+        return total
+
     def close(self) -> None:
+        if self.cpu_s is None:
+            self.cpu_s = self.cpu_seconds()
         if self.process.is_alive():
             try:
                 self.conn.send(("exit",))

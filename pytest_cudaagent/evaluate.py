@@ -81,6 +81,7 @@ class Evaluation:
 
     def run(self) -> Result:
         result = self.result
+        cpu_started = time.process_time()
         static = scan_candidate(self.candidate)
         candidate_worker = reference_worker = None
         try:
@@ -124,10 +125,16 @@ class Evaluation:
         finally:
             for side, worker in self._workers.items():
                 result.profile.update({f"{side}.{label}": seconds for label, seconds in worker.seconds.items()})
+                # CPU seconds of each side's process tree (the candidate's build included) and of
+                # this process: where an evaluation's compute goes, beside where its time goes.
+                cpu = worker.cpu_s if worker.cpu_s is not None else worker.cpu_seconds()
+                if cpu is not None:
+                    result.profile[f"cpu.{side}"] = cpu
                 # How each worker started: forked from the zygote, or spawned (and why, if the
                 # zygote could not fork it).
                 result.env.setdefault("workers", {})[side] = (
                     f"{worker.start_method}: {worker.start_error}" if worker.start_error else worker.start_method)
+            result.profile["cpu.parent"] = time.process_time() - cpu_started
             result.profile = {label: round(seconds, 4) for label, seconds in result.profile.items()}
             if candidate_worker is not None:
                 result.log = candidate_worker.log_tail()

@@ -93,7 +93,11 @@ def our_rows(results_path: Path) -> list[dict]:
                      "status": result.status, "build_s": until_built,
                      "outside_build_s": sum(phases.values()) - until_built, "seconds": sum(phases.values()),
                      # the worker's own build time (its imports and the candidate's load_inline)
-                     "built_after_s": built_after})
+                     "built_after_s": built_after,
+                     # CPU seconds of the evaluation's own processes: beside the machine's per
+                     # evaluation, what the batch spends outside them (pytest, test workers, zygotes)
+                     "evaluation_cpu_s": sum(result.profile.get(f"cpu.{part}", 0.0)
+                                             for part in ("candidate", "reference", "parent"))})
     return rows
 
 
@@ -169,6 +173,8 @@ def summarise(sides: dict[str, dict]) -> list[dict]:
                                     and sides["kernelbench"].get("finished", True) else None),
             # the machine's busy CPU seconds per evaluation that ended (all of a side's processes)
             "cpu_s_per_eval": side["machine_cpu_s"] / len(rows) if side.get("machine_cpu_s") and rows else None,
+            "evaluation_cpu_s": (statistics.mean(row["evaluation_cpu_s"] for row in rows)
+                                 if rows and all(row.get("evaluation_cpu_s") for row in rows) else None),
         })
     return summary
 
@@ -222,7 +228,8 @@ def _table(title: str, columns: tuple[str, ...], rows: list[dict]) -> Table:
 def print_summary(sides: dict[str, dict], console: Console) -> None:
     console.print(_table("KernelBench's eval and ours, side by side (correctness only, cold caches; seconds)",
                          ("side", "workers", "pairs", "asked", "wall_s", "median_eval_s", "median_build_s",
-                          "median_outside_build_s", "wall_vs_kernelbench", "cpu_s_per_eval"), summarise(sides)))
+                          "median_outside_build_s", "wall_vs_kernelbench", "cpu_s_per_eval", "evaluation_cpu_s"),
+                         summarise(sides)))
     console.print(_table("per level (seconds per evaluation)",
                          ("side", "level", "pairs", "median_eval_s", "median_outside_build_s", "max_outside_build_s"),
                          by_level(sides)))

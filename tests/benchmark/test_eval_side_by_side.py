@@ -77,8 +77,12 @@ def test_our_rows_count_the_phases_the_build_overlaps_as_the_build(tmp_path):
 
     result = Result("/k/level2_7_x.py", "/c/level2_7_x.py", status="passed")
     result.phase_seconds = {"sandbox": 1.0, "reference": 4.0, "build": 100.0, "construct": 0.5, "correctness": 2.5}
+    result.profile = {"cpu.candidate": 90.0, "cpu.reference": 6.0, "cpu.parent": 1.5, "candidate.forward": 2.0}
     append_result(tmp_path / "results.jsonl", result)
     [row] = our_rows(tmp_path / "results.jsonl")
+    assert row["evaluation_cpu_s"] == pytest.approx(97.5)
+    assert summarise({"ours": {"side": "ours", "workers": 1, "wall_s": 110.0, "rows": [row]}})[0]["evaluation_cpu_s"] == \
+        pytest.approx(97.5)
     assert row["build_s"] == pytest.approx(105.0) and row["outside_build_s"] == pytest.approx(3.0)
     assert row["seconds"] == pytest.approx(108.0) and row["outcome"] == "correct"
     assert our_rows(tmp_path / "none.jsonl") == []

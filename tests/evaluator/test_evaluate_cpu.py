@@ -43,6 +43,8 @@ def test_honest_cpp_candidate_passes_with_timing_and_eager_baseline():
     # The worker's own build time, from its start: at least what the parent still waited for
     # after the sandbox's report and the reference.
     assert result.profile["candidate.built_after"] >= result.profile["candidate.build"] - 0.05
+    # CPU seconds of each side's process tree and of the evaluating process.
+    assert all(result.profile[f"cpu.{side}"] > 0 for side in ("candidate", "reference", "parent"))
     # The correctness phase is its five forward round trips and their comparisons, little else.
     assert result.profile["candidate.forward"] <= result.phase_seconds["correctness"]
     assert Result.from_json(result.to_json()).profile == result.profile
@@ -146,3 +148,17 @@ def test_broken_reference_is_a_problem_error():
 def test_bundled_cpu_candidates_all_exist_for_bundled_problems():
     problems = {p.stem for p in PROBLEMS.glob("*.py")}
     assert problems == {p.stem for p in CPU_CANDIDATES.glob("*.py")}
+
+
+@pytest.mark.slow
+def test_the_candidates_cpu_seconds_count_its_builds_compilers(tmp_path):
+    """cpu.candidate reads the worker's process tree, the children it reaped included: a cold
+    build's compilers (through ninja, inside the sandbox's namespace) are most of it."""
+    source = (CPU_CANDIDATES / "leaky_relu.py").read_text()
+    fresh = tmp_path / "leaky_relu.py"
+    fresh.write_text(source.replace('load_inline("', f'load_inline("cpu_counted_{tmp_path.name}_'.replace("-", "_"), 1))
+    assert fresh.read_text() != source  # its own extension name: a cold build
+    result = evaluate(SMALL_LEAKY, fresh, cpu_config(timing=False, cache_dir=tmp_path / "cache"))
+    assert result.status == "passed", result.error
+    built = result.profile["candidate.built_after"]
+    assert result.profile["cpu.candidate"] >= max(3.0, 0.25 * built), result.profile
