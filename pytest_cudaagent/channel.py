@@ -66,7 +66,7 @@ class Worker:
         child_conn.close()
         self.memory_cap_bytes = memory_cap_gb * 1024**3
         self.peak_rss_bytes = 0
-        self.cpu_s: float | None = None  # the process tree's CPU seconds, read as it is closed
+        self.cpu_s: float | None = None  # the process tree's CPU seconds, once read (cpu_seconds)
         # Seconds spent waiting on each kind of request (its name) or unrequested message (the
         # label given to receive), summed: where an evaluation's time went (Result.profile).
         self.seconds: dict[str, float] = {}
@@ -118,9 +118,7 @@ class Worker:
 
     def _check_memory(self) -> None:
         try:
-            process = psutil.Process(self.process.pid)
-            # The whole tree: a sandboxed worker runs the candidate in a child process.
-            rss = sum(p.memory_info().rss for p in [process, *process.children(recursive=True)])
+            rss = sum(p.memory_info().rss for p in self._process_tree())
         except psutil.Error:
             return
         self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
@@ -160,13 +158,24 @@ class Worker:
             self.process.kill()
         self.process.join(timeout=10)
 
+    def _process_tree(self) -> list[psutil.Process]:
+        """The worker's process and its descendants (a sandboxed worker runs the candidate in a
+        child process); psutil.Error once it has ended."""
+        process = psutil.Process(self.process.pid)
+        return [process, *process.children(recursive=True)]
+
     def cpu_seconds(self) -> float | None:
-        """CPU seconds of the worker's process tree so far: each live process's own and those of
-        the children it has reaped (a build's compilers, through ninja and the sandbox's init).
-        None once the worker has ended."""
+        """CPU seconds of the worker's process tree: each live process's own and those of the
+        children it has reaped (a build's compilers, through ninja and the sandbox's init). Read
+        once, the first time it is asked or when the worker is closed, and kept; None if the
+        worker had ended by then."""
+        if self.cpu_s is None:
+            self.cpu_s = self._read_cpu_seconds()
+        return self.cpu_s
+
+    def _read_cpu_seconds(self) -> float | None:
         try:
-            root = psutil.Process(self.process.pid)
-            tree = [root, *root.children(recursive=True)]
+            tree = self._process_tree()
         except (psutil.Error, ValueError):
             return None
         total = 0.0
@@ -179,8 +188,7 @@ class Worker:
         return total
 
     def close(self) -> None:
-        if self.cpu_s is None:
-            self.cpu_s = self.cpu_seconds()
+        self.cpu_seconds()  # before the process ends and its times with it
         if self.process.is_alive():
             try:
                 self.conn.send(("exit",))

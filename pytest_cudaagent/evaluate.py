@@ -127,7 +127,7 @@ class Evaluation:
                 result.profile.update({f"{side}.{label}": seconds for label, seconds in worker.seconds.items()})
                 # CPU seconds of each side's process tree (the candidate's build included) and of
                 # this process: where an evaluation's compute goes, beside where its time goes.
-                cpu = worker.cpu_s if worker.cpu_s is not None else worker.cpu_seconds()
+                cpu = worker.cpu_seconds()
                 if cpu is not None:
                     result.profile[f"cpu.{side}"] = cpu
                 # How each worker started: forked from the zygote, or spawned (and why, if the

@@ -119,7 +119,11 @@ def reference_main(conn, spec: dict) -> None:
     configured = configured_settings(config)
     # The reference is the truth: its expected outputs at full fp32, no TF32 shortcuts, whatever
     # the run's settings; only the baselines are timed under those (or the candidate's).
-    apply(reference_settings(configured))
+    truth = reference_settings(configured)
+    apply(truth)
+    # What the run's settings allow beyond full fp32 (the candidate runs under them): what a
+    # failed trial's reference is also recomputed under (repeats_itself).
+    lowered_by_run = diff(truth, configured)
     try:
         problem = import_file(spec["problem"], "cudaagent_reference_problem")
     except BaseException as error:
@@ -189,14 +193,13 @@ def reference_main(conn, spec: dict) -> None:
         check = compare_outputs(index, trial_set["outputs"], again, config.tolerances())
         if not check.correct:
             return {"deterministic": False, "cause": "seed", "detail": check.error}
-        lowered = diff(reference_settings(configured), configured)
-        if lowered:
+        if lowered_by_run:
             with applied(configured), device_work(device):
                 under_run = _to_cpu(run_reference(trial_set["inputs"], trial_set["seed"]))
             check = compare_outputs(index, trial_set["outputs"], under_run, config.tolerances())
             if not check.correct:
                 # Its answer under those settings: the parent sees whether the candidate's is that one.
-                return {"deterministic": False, "cause": "settings", "settings": lowered, "detail": check.error,
+                return {"deterministic": False, "cause": "settings", "settings": lowered_by_run, "detail": check.error,
                         "outputs": under_run}
         return {"deterministic": True, "cause": None, "detail": None}
 

@@ -29,6 +29,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+import psutil
 from rich.console import Console
 from rich.table import Table
 
@@ -118,15 +119,11 @@ def run_our_side(pairs: list[Pair], release: str, workers: int, work: Path, devi
                       f"the run's log, {outcome.log_path}, ends:\n{log_tail(outcome.log_path, 12)}")
 
 
-def machine_cpu_s() -> float | None:
-    """Busy CPU seconds of the whole machine so far (/proc/stat), every process counted: on a
-    device of its own, a side's compute, whatever process tree it ran in."""
-    try:
-        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    except (OSError, IndexError):
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(value) for value in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+def machine_cpu_s() -> float:
+    """Busy CPU seconds of the whole machine so far, every process counted: on a device of its
+    own, a side's compute, whatever process tree it ran in."""
+    times = psutil.cpu_times()
+    return sum(getattr(times, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq", "steal"))
 
 
 def run_side(name: str, pairs: list[Pair], args, console: Console) -> dict:
@@ -143,13 +140,18 @@ def run_side(name: str, pairs: list[Pair], args, console: Console) -> dict:
     runner.join(args.deadline)
     side["finished"] = not runner.is_alive()
     side["wall_s"] = time.perf_counter() - side.pop("began")
-    cpu_after = machine_cpu_s()
-    side["machine_cpu_s"] = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None
+    side["machine_cpu_s"] = machine_cpu_s() - cpu_before
     if name == "ours":
         side["rows"] = our_rows(Path(side.pop("results")))
     side["rows"] = list(side["rows"])
     side["pairs_asked"] = len(pairs)
     return side
+
+
+def _median(rows: list[dict], column: str) -> float | None:
+    """The column's median over the rows that have it (KernelBench's rows have no build split)."""
+    values = [row[column] for row in rows if row.get(column) is not None]
+    return statistics.median(values) if values else None
 
 
 def summarise(sides: dict[str, dict]) -> list[dict]:
@@ -164,10 +166,9 @@ def summarise(sides: dict[str, dict]) -> list[dict]:
         summary.append({
             "side": name, "workers": side["workers"], "pairs": len(rows), "asked": side.get("pairs_asked", len(rows)),
             "wall_s": side["wall_s"],
-            "median_eval_s": statistics.median(row["seconds"] for row in rows) if rows else None,
-            "median_build_s": statistics.median(row["build_s"] for row in rows) if rows and "build_s" in rows[0] else None,
-            "median_outside_build_s": (statistics.median(row["outside_build_s"] for row in rows)
-                                       if rows and "outside_build_s" in rows[0] else None),
+            "median_eval_s": _median(rows, "seconds"),
+            "median_build_s": _median(rows, "build_s"),
+            "median_outside_build_s": _median(rows, "outside_build_s"),
             # none where either side was cut at the deadline: the walls then measure different work
             "wall_vs_kernelbench": (side["wall_s"] / kb_wall if kb_wall and side.get("finished", True)
                                     and sides["kernelbench"].get("finished", True) else None),
@@ -195,8 +196,8 @@ def by_level(sides: dict[str, dict]) -> list[dict]:
             chosen = [row for row in rows if level_of(row["problem"]) == level]
             outside = [row["outside_build_s"] for row in chosen if "outside_build_s" in row]
             summary.append({"side": name, "level": level, "pairs": len(chosen),
-                            "median_eval_s": statistics.median(row["seconds"] for row in chosen),
-                            "median_outside_build_s": statistics.median(outside) if outside else None,
+                            "median_eval_s": _median(chosen, "seconds"),
+                            "median_outside_build_s": _median(chosen, "outside_build_s"),
                             "max_outside_build_s": max(outside) if outside else None})
     return summary
 
