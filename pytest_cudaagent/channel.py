@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import torch.multiprocessing as torch_mp
 
-from . import zygote
+from . import proc_tree, zygote
 from .lifetime import lead_session_and_reap_it
 from .sandbox import PROCESS_WATCH_EXIT
 
@@ -118,7 +118,7 @@ class Worker:
 
     def _check_memory(self) -> None:
         try:
-            rss = sum(p.memory_info().rss for p in self._process_tree())
+            rss = proc_tree.rss_bytes(proc_tree.tree_pids(self.process.pid))
         except psutil.Error:
             return
         self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
@@ -161,8 +161,14 @@ class Worker:
     def _process_tree(self) -> list[psutil.Process]:
         """The worker's process and its descendants (a sandboxed worker runs the candidate in a
         child process); psutil.Error once it has ended."""
-        process = psutil.Process(self.process.pid)
-        return [process, *process.children(recursive=True)]
+        root, *descendants = proc_tree.tree_pids(self.process.pid)
+        tree = [psutil.Process(root)]
+        for pid in descendants:
+            try:
+                tree.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:  # ended since the walk
+                continue
+        return tree
 
     def cpu_seconds(self) -> float | None:
         """CPU seconds of the worker's process tree: each live process's own and those of the

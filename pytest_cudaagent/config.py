@@ -64,6 +64,10 @@ BACKEND_HELP = ("backend settings the candidate and the baselines are timed unde
 # A precompiled torch/extension.h takes about as long as one cold C++ build (fast_build.py); past
 # this the candidate builds the plain way instead of waiting.
 PCH_BUILD_TIMEOUT_S = 600.0
+# A candidate's build runs this many nice levels below the rest of its worker (fast_build.niced):
+# its compilers give way to the timed calls of other evaluations on the same machine, whose
+# launches a saturated CPU otherwise delays into their times.
+BUILD_NICENESS = 10
 
 
 @dataclass

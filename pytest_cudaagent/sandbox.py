@@ -331,8 +331,10 @@ def _namespace_process_count(init: int) -> int:
         return sum(1 for entry in os.listdir("/proc") if entry.isdigit())
     import psutil
 
+    from .proc_tree import tree_pids
+
     try:
-        return 1 + len(psutil.Process(init).children(recursive=True))
+        return len(tree_pids(init))
     except psutil.Error:
         return 0
 

@@ -52,6 +52,8 @@ SIDES = ("kernelbench", "ours")
 # Result.phase_seconds up to the candidate's "built": the parent waits on each in turn while the
 # candidate's worker starts, imports and builds.
 UNTIL_BUILT = ("sandbox", "reference", "build")
+# The processes an evaluation's CPU seconds are counted for (Result.profile "cpu.<part>").
+CPU_PARTS = ("candidate", "reference", "parent")
 
 
 def _timed_kernelbench(checkout: str, release: str, problem: str, candidate: str, build_root: str) -> dict:
@@ -97,9 +99,20 @@ def our_rows(results_path: Path) -> list[dict]:
                      "built_after_s": built_after,
                      # CPU seconds of the evaluation's own processes: beside the machine's per
                      # evaluation, what the batch spends outside them (pytest, test workers, zygotes)
-                     "evaluation_cpu_s": sum(result.profile.get(f"cpu.{part}", 0.0)
-                                             for part in ("candidate", "reference", "parent"))})
+                     "evaluation_cpu_s": sum(result.profile.get(f"cpu.{part}", 0.0) for part in CPU_PARTS),
+                     **{f"cpu_{part}_s": result.profile.get(f"cpu.{part}") for part in CPU_PARTS}})
     return rows
+
+
+def cpu_by_process(sides: dict[str, dict]) -> list[dict]:
+    """Our side's mean CPU seconds per evaluation by process tree (Result.profile's cpu.*): the
+    candidate's (its build's compilers included), the reference's and the evaluating process's."""
+    rows = sides.get("ours", {}).get("rows", [])
+    summary = {"side": "ours", "pairs": len(rows)}
+    for part in CPU_PARTS:
+        values = [row[f"cpu_{part}_s"] for row in rows if row.get(f"cpu_{part}_s") is not None]
+        summary[part] = statistics.mean(values) if values else None
+    return [summary] if rows else []
 
 
 def run_our_side(pairs: list[Pair], release: str, workers: int, work: Path, device: str, console: Console,
@@ -234,6 +247,8 @@ def print_summary(sides: dict[str, dict], console: Console) -> None:
     console.print(_table("per level (seconds per evaluation)",
                          ("side", "level", "pairs", "median_eval_s", "median_outside_build_s", "max_outside_build_s"),
                          by_level(sides)))
+    console.print(_table("our CPU seconds per evaluation, by process tree", ("side", "pairs", *CPU_PARTS),
+                         cpu_by_process(sides)))
     agreed = agreement(sides)
     if agreed:
         console.print(f"agreement on correctness: {agreed[0]} of {agreed[1]} pairs")
@@ -295,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
              for side in SIDES if (args.work / f"{side}.json").exists()}
     print_summary(sides, console)
     if args.json:
-        args.json.write_text(json.dumps({"summary": summarise(sides), "levels": by_level(sides), "agreement": agreement(sides), "sides": sides},
+        args.json.write_text(json.dumps({"summary": summarise(sides), "levels": by_level(sides), "agreement": agreement(sides),
+                                         "cpu_by_process": cpu_by_process(sides), "sides": sides},
                                         indent=1))
     if any(not side.get("finished", True) for side in sides.values() if side["side"] in sides_now):
         # A side cut at the deadline still has evaluations running: leave them, not wait.

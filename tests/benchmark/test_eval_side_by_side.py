@@ -81,6 +81,13 @@ def test_our_rows_count_the_phases_the_build_overlaps_as_the_build(tmp_path):
     append_result(tmp_path / "results.jsonl", result)
     [row] = our_rows(tmp_path / "results.jsonl")
     assert row["evaluation_cpu_s"] == pytest.approx(97.5)
+    assert (row["cpu_candidate_s"], row["cpu_reference_s"], row["cpu_parent_s"]) == (90.0, 6.0, 1.5)
+    from benchmark.experiments.eval_side_by_side import cpu_by_process
+
+    other = {**row, "cpu_candidate_s": 70.0, "cpu_reference_s": None}
+    [by_process] = cpu_by_process({"ours": {"rows": [row, other]}})
+    assert by_process["candidate"] == pytest.approx(80.0) and by_process["reference"] == pytest.approx(6.0)
+    assert by_process["pairs"] == 2 and cpu_by_process({"kernelbench": {"rows": [row]}}) == []
     assert summarise({"ours": {"side": "ours", "workers": 1, "wall_s": 110.0, "rows": [row]}})[0]["evaluation_cpu_s"] == \
         pytest.approx(97.5)
     assert row["build_s"] == pytest.approx(105.0) and row["outside_build_s"] == pytest.approx(3.0)

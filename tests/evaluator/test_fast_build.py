@@ -223,3 +223,36 @@ def test_the_shared_header_goes_only_to_sources_that_include_all_of_torch_extens
     (tmp_path / "binding.cpp").write_text("  #  include \"torch/extension.h\"\n")
     assert not includes_extension_header([tmp_path / "main.cpp", tmp_path / "kernel.cu", tmp_path / "missing.cpp"])
     assert includes_extension_header([tmp_path / "main.cpp", tmp_path / "binding.cpp"])
+
+
+def test_a_build_runs_below_the_workers_priority_and_its_compilers_too(monkeypatch, tmp_path):
+    """The build's thread, and every process it starts, run BUILD_NICENESS levels lower; the
+    worker's own thread keeps its priority for the timed calls that follow; the build's value
+    and its errors come back unchanged."""
+    from torch.utils import cpp_extension
+
+    from pytest_cudaagent.config import BUILD_NICENESS
+
+    seen = {}
+
+    def fake_jit_compile(name, sources, extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths,
+                         build_directory, verbose, with_cuda, is_python_module, is_standalone, keep_intermediates=True):
+        seen["thread"] = os.getpriority(os.PRIO_PROCESS, 0)
+        seen["compiler"] = int(subprocess.check_output(["nice"], text=True))  # what a compiler it starts runs at
+        if name == "broken":
+            raise RuntimeError("Error building extension 'broken': main.cpp:2: error: expected ';'")
+        return f"module {name}"
+
+    monkeypatch.setattr(cpp_extension, "_jit_compile", fake_jit_compile)
+    fast_build.install(None, split=False)
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    expected = min(19, before + BUILD_NICENESS)
+    arguments = dict(sources=[], extra_cflags=None, extra_cuda_cflags=None, extra_ldflags=None, extra_include_paths=None,
+                     build_directory=str(tmp_path), verbose=False, with_cuda=False, is_python_module=True,
+                     is_standalone=False)
+    assert cpp_extension._jit_compile("ok", **arguments) == "module ok"
+    assert seen == {"thread": expected, "compiler": expected} and expected > before
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before
+    with pytest.raises(RuntimeError, match="main.cpp:2: error"):
+        cpp_extension._jit_compile("broken", **arguments)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before

@@ -26,9 +26,15 @@ def test_a_candidate_whose_gain_is_a_flag_reports_about_1x_and_names_it(tmp_path
     [changed] = [w for w in result.warnings if w.rule == "backend_settings_changed"]
     assert "cudnn.benchmark: False -> True" in changed.detail
     assert result.backend_settings["candidate"]["cudnn.benchmark"] is True
-    # The same operators on both sides under the same settings.
-    timings = {side: (stats.median_ms, stats.device_ms) for side, stats in result.timing.items()}
-    assert 0.8 <= result.speedup_vs_eager <= 1.25, f"{result.summary()}; (median, device) ms {timings}; {result.kernels}"
+    # The same operators on both sides under the same settings: no credit for the flag. Under
+    # cudnn.benchmark each process picks the convolution's algorithm by its own trial runs (on
+    # the H100 the candidate's picked kernels took 0.1045 ms, eager's 0.0885), so the wall times
+    # differ from 1x as much as the kernels each process runs do, and no more.
+    stats = result.timing
+    kernels_ratio = stats["eager"].device_ms / stats["candidate"].device_ms
+    detail = f"{result.summary()}; timing {stats}; profile {result.profile}; {result.kernels}"
+    assert result.speedup_vs_eager <= 1.25, detail
+    assert 0.8 * kernels_ratio <= result.speedup_vs_eager <= 1.25 * kernels_ratio, detail
 
 
 def test_under_strict_fp32_the_candidates_tf32_is_reported_and_cudnn_tf32_is_off(tmp_path):
