@@ -104,6 +104,8 @@ class Evaluation:
             # (Sent by the candidate's process: a number or nothing, never trusted for a verdict.)
             if isinstance(built, dict) and isinstance(built.get("seconds"), (int, float)):
                 result.profile["candidate.built_after"] = float(built["seconds"])
+            if isinstance(built, dict) and isinstance(built.get("cpu_s"), (int, float)):
+                result.profile["cpu.candidate_build"] = float(built["cpu_s"])  # its compilers included
             constructed = self._phase("construct", lambda: candidate_worker.request(
                 ("construct", reference["init_inputs"], reference["state_dict"], reference["seed"]),
                 self.config.run_timeout_s))

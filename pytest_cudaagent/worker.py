@@ -29,6 +29,15 @@ def setup_worker(spec: dict) -> None:
     os.environ.update(spec["env"])
 
 
+def _cpu_seconds_with_children() -> float:
+    """This process's CPU seconds (all its threads) and those of the children it has reaped: a
+    build's ninja, and through it the compilers."""
+    import resource
+
+    own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+
+
 def _reply_error(conn, phase: str, error: BaseException) -> None:
     detail = "".join(traceback.format_exception_only(type(error), error)).strip()
     # It starts with the type's (qualified) name, which the reply carries apart: without this
@@ -289,7 +298,7 @@ def serve_candidate(conn, spec: dict) -> None:
     state: dict = {"held_outputs": []}
 
     try:
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), _cpu_seconds_with_children()
         install_fast_build(spec["pch_dir"] and Path(spec["pch_dir"]), split=config.split_nvcc)
         if candidate.workspace:
             build_workspace_extension(candidate, device, Path(spec["extensions_dir"]) / "workspace")
@@ -297,7 +306,8 @@ def serve_candidate(conn, spec: dict) -> None:
         if not hasattr(module, "ModelNew"):
             raise AttributeError(f"{candidate.model_file} defines no ModelNew")
         state["module"] = module
-        conn.send({"kind": "built", "seconds": time.perf_counter() - started})
+        conn.send({"kind": "built", "seconds": time.perf_counter() - started,
+                   "cpu_s": _cpu_seconds_with_children() - started_cpu})
     except BaseException as error:
         _reply_error(conn, "build", error)
         return

@@ -54,6 +54,8 @@ SIDES = ("kernelbench", "ours")
 UNTIL_BUILT = ("sandbox", "reference", "build")
 # The processes an evaluation's CPU seconds are counted for (Result.profile "cpu.<part>").
 CPU_PARTS = ("candidate", "reference", "parent")
+# Their columns in the rows: the candidate's also split out until built (its compilers included).
+CPU_COLUMNS = (*CPU_PARTS, "candidate_build")
 
 
 def _timed_kernelbench(checkout: str, release: str, problem: str, candidate: str, build_root: str) -> dict:
@@ -100,17 +102,18 @@ def our_rows(results_path: Path) -> list[dict]:
                      # CPU seconds of the evaluation's own processes: beside the machine's per
                      # evaluation, what the batch spends outside them (pytest, test workers, zygotes)
                      "evaluation_cpu_s": sum(result.profile.get(f"cpu.{part}", 0.0) for part in CPU_PARTS),
-                     **{f"cpu_{part}_s": result.profile.get(f"cpu.{part}") for part in CPU_PARTS}})
+                     **{f"cpu_{part}_s": result.profile.get(f"cpu.{part}") for part in CPU_COLUMNS}})
     return rows
 
 
 def cpu_by_process(sides: dict[str, dict]) -> list[dict]:
     """Our side's mean CPU seconds per evaluation by process tree (Result.profile's cpu.*): the
-    candidate's (its build's compilers included), the reference's and the evaluating process's."""
+    candidate's (its build's compilers included; `candidate_build`: of it, until built), the
+    reference's and the evaluating process's."""
     rows = sides.get("ours", {}).get("rows", [])
     summary = {"side": "ours", "pairs": len(rows)}
-    for part in CPU_PARTS:
-        values = [row[f"cpu_{part}_s"] for row in rows if row.get(f"cpu_{part}_s") is not None]
+    for part in CPU_COLUMNS:
+        values = [row.get(f"cpu_{part}_s") for row in rows if row.get(f"cpu_{part}_s") is not None]
         summary[part] = statistics.mean(values) if values else None
     return [summary] if rows else []
 
@@ -247,7 +250,7 @@ def print_summary(sides: dict[str, dict], console: Console) -> None:
     console.print(_table("per level (seconds per evaluation)",
                          ("side", "level", "pairs", "median_eval_s", "median_outside_build_s", "max_outside_build_s"),
                          by_level(sides)))
-    console.print(_table("our CPU seconds per evaluation, by process tree", ("side", "pairs", *CPU_PARTS),
+    console.print(_table("our CPU seconds per evaluation, by process tree", ("side", "pairs", *CPU_COLUMNS),
                          cpu_by_process(sides)))
     agreed = agreement(sides)
     if agreed:

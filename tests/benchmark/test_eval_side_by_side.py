@@ -77,7 +77,8 @@ def test_our_rows_count_the_phases_the_build_overlaps_as_the_build(tmp_path):
 
     result = Result("/k/level2_7_x.py", "/c/level2_7_x.py", status="passed")
     result.phase_seconds = {"sandbox": 1.0, "reference": 4.0, "build": 100.0, "construct": 0.5, "correctness": 2.5}
-    result.profile = {"cpu.candidate": 90.0, "cpu.reference": 6.0, "cpu.parent": 1.5, "candidate.forward": 2.0}
+    result.profile = {"cpu.candidate": 90.0, "cpu.reference": 6.0, "cpu.parent": 1.5, "candidate.forward": 2.0,
+                      "cpu.candidate_build": 80.0}
     append_result(tmp_path / "results.jsonl", result)
     [row] = our_rows(tmp_path / "results.jsonl")
     assert row["evaluation_cpu_s"] == pytest.approx(97.5)
@@ -88,6 +89,7 @@ def test_our_rows_count_the_phases_the_build_overlaps_as_the_build(tmp_path):
     [by_process] = cpu_by_process({"ours": {"rows": [row, other]}})
     assert by_process["candidate"] == pytest.approx(80.0) and by_process["reference"] == pytest.approx(6.0)
     assert by_process["pairs"] == 2 and cpu_by_process({"kernelbench": {"rows": [row]}}) == []
+    assert row["cpu_candidate_build_s"] == 80.0 and by_process["candidate_build"] == pytest.approx(80.0)
     assert summarise({"ours": {"side": "ours", "workers": 1, "wall_s": 110.0, "rows": [row]}})[0]["evaluation_cpu_s"] == \
         pytest.approx(97.5)
     assert row["build_s"] == pytest.approx(105.0) and row["outside_build_s"] == pytest.approx(3.0)

@@ -162,3 +162,5 @@ def test_the_candidates_cpu_seconds_count_its_builds_compilers(tmp_path):
     assert result.status == "passed", result.error
     built = result.profile["candidate.built_after"]
     assert result.profile["cpu.candidate"] >= max(3.0, 0.25 * built), result.profile
+    # the worker's own count until built: its build thread and the compilers ninja reaped
+    assert max(3.0, 0.25 * built) <= result.profile["cpu.candidate_build"] <= result.profile["cpu.candidate"], result.profile
