@@ -14,6 +14,7 @@ parsing of `torch/extension.h` (gcc ignores a PCH whose flags differ and parses 
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import inspect
 import json
@@ -26,6 +27,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -91,7 +93,34 @@ def pch_variant(extra_cflags, with_cuda: bool) -> PchVariant | None:
     cflags = ["-DTORCH_API_INCLUDE_EXTENSION_H"]
     for include in system_includes:
         cflags += ["-isystem", include]
-    return PchVariant(compiler, (*cflags, "-fPIC", "-std=c++20", *flags))
+    return PchVariant(compiler, (*cflags, "-fPIC", torch_cxx_standard(), *flags))
+
+
+@functools.lru_cache(maxsize=1)
+def torch_cxx_standard() -> str:
+    """The `-std=` torch's JIT build compiles a C++ source with, as this torch writes it in its
+    ninja file: it changed from c++17 (torch 2.11, the H100 machine's) to c++20 (2.13), and a PCH
+    built under another standard is silently ignored by gcc, which then parses the header text."""
+    return next(flag for flag in torch_cxx_cflags() if flag.startswith("-std="))
+
+
+@functools.lru_cache(maxsize=1)
+def torch_cxx_cflags() -> tuple[str, ...]:
+    """The `cflags` of the ninja file torch writes for one C++ source of an extension (no CUDA,
+    so no device is queried), less the extension's name."""
+    from torch.utils import cpp_extension
+
+    writer = cpp_extension._write_ninja_file_to_build_library
+    accepted = inspect.signature(writer).parameters
+    arguments = {"name": "cudaagent_probe", "sources": ["probe.cpp"], "extra_cflags": [], "extra_cuda_cflags": [],
+                 "extra_sycl_cflags": [], "extra_ldflags": [], "extra_include_paths": [], "with_cuda": False,
+                 "with_sycl": False, "is_standalone": False}
+    with tempfile.TemporaryDirectory(prefix="cudaagent-probe-") as directory:
+        ninja_file = Path(directory) / "build.ninja"
+        writer(path=str(ninja_file), **{name: value for name, value in arguments.items() if name in accepted})
+        line = next(line for line in ninja_file.read_text().splitlines() if line.startswith("cflags = "))
+    return tuple(flag for flag in shlex.split(line.removeprefix("cflags = "))
+                 if not flag.startswith("-DTORCH_EXTENSION_NAME="))
 
 
 def _compiler_stamp(compiler: str) -> str:

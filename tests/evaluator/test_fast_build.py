@@ -256,3 +256,38 @@ def test_a_build_runs_below_the_workers_priority_and_its_compilers_too(monkeypat
     with pytest.raises(RuntimeError, match="main.cpp:2: error"):
         cpp_extension._jit_compile("broken", **arguments)
     assert os.getpriority(os.PRIO_PROCESS, 0) == before
+
+
+@pytest.fixture
+def fresh_torch_flags():
+    fast_build.torch_cxx_cflags.cache_clear()
+    fast_build.torch_cxx_standard.cache_clear()
+    yield
+    fast_build.torch_cxx_cflags.cache_clear()
+    fast_build.torch_cxx_standard.cache_clear()
+
+
+def test_the_pch_is_built_with_the_flags_torchs_own_ninja_file_gives_a_cpp_source(monkeypatch, fresh_torch_flags):
+    """gcc silently ignores a PCH built under other flags: torch 2.11 (the H100 machine's)
+    compiles extensions as C++17, 2.13 as C++20, so the flags come from the ninja file this torch
+    writes, never from a list of ours."""
+    import functools
+    import re
+
+    from torch.utils import cpp_extension
+
+    variant = pch_variant([], with_cuda=False)
+    assert variant is not None and variant.cflags == fast_build.torch_cxx_cflags()
+    assert any(flag.startswith("-std=") for flag in variant.cflags)
+    original = cpp_extension._write_ninja_file_to_build_library
+
+    @functools.wraps(original)  # the same parameters
+    def another_torch(path, **arguments):
+        original(path=path, **arguments)
+        Path(path).write_text(re.sub(r"-std=c\+\+\d+", "-std=c++14", Path(path).read_text()))
+
+    monkeypatch.setattr(cpp_extension, "_write_ninja_file_to_build_library", another_torch)
+    fast_build.torch_cxx_cflags.cache_clear()
+    fast_build.torch_cxx_standard.cache_clear()
+    older = pch_variant(["-O3"], with_cuda=False)
+    assert "-std=c++14" in older.cflags and [f for f in older.cflags if f.startswith("-std=")] == ["-std=c++14"]
