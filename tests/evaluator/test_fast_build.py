@@ -291,3 +291,29 @@ def test_the_pch_is_built_with_the_flags_torchs_own_ninja_file_gives_a_cpp_sourc
     fast_build.torch_cxx_standard.cache_clear()
     older = pch_variant(["-O3"], with_cuda=False)
     assert "-std=c++14" in older.cflags and [f for f in older.cflags if f.startswith("-std=")] == ["-std=c++14"]
+
+
+@pytest.mark.slow
+def test_the_candidate_builds_while_the_pch_is_made_not_after_it(tmp_path, monkeypatch):
+    """A PCH takes about as long as a plain build: the first candidate of a fresh cache does not
+    wait for it (it builds the plain way meanwhile), and the evaluation ends only once it is made."""
+    evaluate_module = sys.modules["pytest_cudaagent.evaluate"]  # the package's `evaluate` is the function
+    cache_dir = tmp_path / "cache"
+    candidate = write_candidate(tmp_path / "meanwhile.py", "meanwhile_row_sum", ROW_SUM_CPP, '["-O3", "-DROW_SCALE=1"]')
+    extensions = check_candidate(candidate).extensions_dir(cache_dir)
+    seen = {}
+
+    def slow_pch(found, cache, device):
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not list(extensions.rglob("*.so")):
+            time.sleep(0.2)
+        seen["candidate_built_first"] = bool(list(extensions.rglob("*.so")))
+        time.sleep(1.0)
+        seen["pch_done"] = time.monotonic()
+
+    monkeypatch.setattr(evaluate_module, "prepare_pch", slow_pch)
+    result = evaluate(PROBLEMS / "row_sum.py", candidate, cpu_config(cache_dir=cache_dir, fast_build=True, timing=False))
+    ended = time.monotonic()
+    assert result.status == "passed", result.error
+    assert seen["candidate_built_first"] is True
+    assert seen["pch_done"] <= ended
