@@ -54,6 +54,9 @@ class BatchSettings:
     gpus: tuple[str, ...] | None = None
     backend: str = "pytorch-default"  # a config.BACKEND_PRESETS name
     require_sandbox: bool = False
+    # The shared precompiled torch/extension.h (EvalConfig.fast_build): made once, beside the
+    # first candidates' builds, then taken by every later build with the same flags.
+    fast_build: bool = False
 
 
 @dataclass
@@ -107,6 +110,8 @@ def pytest_command(manifest: Path, results_path: Path, run_dir: Path, settings: 
         command.append("--cudaagent-no-timing")
     if settings.require_sandbox:
         command.append("--cudaagent-require-sandbox")
+    if settings.fast_build:
+        command.append("--cudaagent-fast-build")
     if settings.config_file is not None:
         command += ["--cudaagent-config", str(settings.config_file)]
     return command

@@ -77,6 +77,9 @@ def register_bench(subparsers) -> None:
     parser.add_argument("--backend", choices=BACKEND_PRESETS, default="pytorch-default", help=BACKEND_HELP)
     parser.add_argument("--require-sandbox", action="store_true",
                         help="refuse to run (exit 2) unless candidates can be fully sandboxed here (README, Isolation)")
+    parser.add_argument("--no-fast-build", action="store_true",
+                        help="build every candidate the plain way, without the shared precompiled torch/extension.h "
+                             "a batch otherwise makes once and reuses (README, Builds)")
     parser.set_defaults(func=_handler("run_bench"), path_args=(*PROBLEM_PATHS, "candidates", "out"))
 
 

@@ -44,8 +44,9 @@ _OPTIONS = [
     ("--cudaagent-config", "cudaagent_config", None, "an EvalConfig as JSON (EvalConfig.to_dict) for the settings without an option of their own: timeouts, timing budgets, reward thresholds, cache dir; the options above still decide theirs"),
     ("--cudaagent-backend", "cudaagent_backend", "pytorch-default", BACKEND_HELP),
     ("--cudaagent-require-sandbox", "cudaagent_require_sandbox", False, "refuse to run (exit 2) unless candidates can be fully sandboxed here"),
+    ("--cudaagent-fast-build", "cudaagent_fast_build", False, "build candidates through a shared precompiled torch/extension.h, made once per compiler, torch and flags (pays over many candidates: README, Builds)"),
 ]
-_FLAGS = {"--cudaagent-resume", "--cudaagent-no-timing", "--cudaagent-require-sandbox"}
+_FLAGS = {"--cudaagent-resume", "--cudaagent-no-timing", "--cudaagent-require-sandbox", "--cudaagent-fast-build"}
 _PATHS = ("--cudaagent-problem", "--cudaagent-candidate", "--cudaagent-problems", "--cudaagent-candidates",
           "--cudaagent-results", "--cudaagent-config")
 RESULT_PROPERTY = "cudaagent_result"
@@ -103,6 +104,7 @@ def config_from_pytest(config: pytest.Config) -> EvalConfig:
         convention=_setting(config, "--cudaagent-convention"),
         backend=_setting(config, "--cudaagent-backend"),
         require_sandbox=bool(_setting(config, "--cudaagent-require-sandbox")),
+        fast_build=bool(_setting(config, "--cudaagent-fast-build")) or base.fast_build,
     )
 
 

@@ -119,11 +119,14 @@ def cpu_by_process(sides: dict[str, dict]) -> list[dict]:
 
 
 def run_our_side(pairs: list[Pair], release: str, workers: int, work: Path, device: str, console: Console,
-                 side: dict, config_file: Path | None = None) -> None:
+                 side: dict, config_file: Path | None = None, fast_build: bool = True) -> None:
+    """`cudaagent bench --no-timing --policy permissive` as a user runs it (the shared PCH on,
+    `--no-fast-build` of this script turns it off), every cache empty."""
     os.environ.update(fresh_cache_env(work / "ours-caches"))
     settings = BatchSettings(device=device, workers=workers, trials=TRIALS, baselines=(), timing=False,
                              policy="permissive", tolerance=RELEASES[release][1], convention="kernelbench",
-                             config_file=config_file.resolve() if config_file else None)
+                             config_file=config_file.resolve() if config_file else None,
+                             fast_build=fast_build)
     results_path = work / "ours" / "results.jsonl"
     results_path.unlink(missing_ok=True)  # a side is always measured from nothing
     results_path.parent.mkdir(parents=True, exist_ok=True)
@@ -149,7 +152,7 @@ def run_side(name: str, pairs: list[Pair], args, console: Console) -> dict:
         work = lambda: run_kernelbench_side(pairs, args.kernelbench, args.release, args.workers, args.work, side)  # noqa: E731
     else:
         work = lambda: run_our_side(pairs, args.release, args.workers, args.work, args.device, console, side,  # noqa: E731
-                                    getattr(args, "our_config", None))
+                                    getattr(args, "our_config", None), not getattr(args, "no_fast_build", False))
     cpu_before = machine_cpu_s()
     runner = threading.Thread(target=work, daemon=True)
     runner.start()
@@ -275,6 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", type=Path, help="write the summary and both sides here")
     parser.add_argument("--our-config", type=Path, metavar="JSON",
                         help="an EvalConfig JSON for our side (--cudaagent-config), e.g. {\"fast_build\": true}")
+    parser.add_argument("--no-fast-build", action="store_true",
+                        help="our side without the shared precompiled torch/extension.h (cudaagent bench --no-fast-build)")
     parser.add_argument("--deadline", type=float, default=None, metavar="S",
                         help="stop waiting for a side after S seconds and keep what ended (a time-limited device)")
     return parser

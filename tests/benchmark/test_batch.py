@@ -29,7 +29,9 @@ def test_pytest_command_carries_the_settings(tmp_path, monkeypatch):
                  "--cudaagent-policy permissive", "--cudaagent-tolerance strict", "--cudaagent-no-timing", "--cudaagent-backend strict-fp32",
                  "-p benchmark.pairs_plugin", f"--bench-pairs {tmp_path / 'pairs.json'}"):
         assert part in text
-    assert "--cudaagent-config" not in text
+    assert "--cudaagent-config" not in text and "--cudaagent-fast-build" not in text
+    fast = BatchSettings(device="cpu", fast_build=True)
+    assert "--cudaagent-fast-build" in pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, fast, "cpu", 1)
     with_file = BatchSettings(device="cpu", config_file=tmp_path / "eval_config.json")
     text = " ".join(pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, with_file, "cpu", 1))
     assert f"--cudaagent-config {tmp_path / 'eval_config.json'}" in text
@@ -137,3 +139,22 @@ def test_the_manifest_holds_absolute_paths_for_pairs_given_relative_to_the_calle
     monkeypatch.chdir(manifest.parent)
     [pair] = read_manifest(manifest)
     assert pair.problem == tmp_path / "p" / "a.py" and pair.candidate == tmp_path / "c" / "a.py"
+
+
+def test_bench_makes_the_shared_header_unless_told_not_to(tmp_path, monkeypatch):
+    """A batch amortises the precompiled torch/extension.h over its candidates: `cudaagent bench`
+    asks for it, --no-fast-build does not."""
+    import benchmark.commands as commands
+    from benchmark.batch import BatchError
+
+    seen = []
+
+    def batch(pairs, results_path, settings, **_):
+        seen.append(settings.fast_build)
+        raise BatchError("only the settings are looked at")
+
+    monkeypatch.setattr(commands, "run_batch", batch)
+    arguments = ["bench", "--device", "cpu", "--out", str(tmp_path / "out")]
+    run_cli(arguments)
+    run_cli([*arguments, "--no-fast-build"])
+    assert seen == [True, False]

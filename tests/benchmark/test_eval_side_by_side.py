@@ -154,4 +154,7 @@ def test_our_side_takes_an_evaluation_config_for_what_has_no_option(tmp_path, mo
     side = side_by_side.run_side("ours", [], args, console=None)
     assert side["finished"] and side["rows"] == []
     assert seen["settings"].config_file == tmp_path / "fast.json"
+    assert seen["settings"].fast_build is True  # as `cudaagent bench` runs; --no-fast-build turns it off
+    side_by_side.run_side("ours", [], argparse.Namespace(**{**vars(args), "no_fast_build": True}), console=None)
+    assert seen["settings"].fast_build is False
     assert side_by_side.build_parser().parse_args(["--work", "w", "--our-config", "c.json"]).our_config == Path("c.json")

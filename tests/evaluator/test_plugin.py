@@ -59,26 +59,34 @@ def test_fixture_verifies_from_a_hand_written_test(pytester):
 
 def test_options_have_ini_twins(pytester):
     pytester.makeini("[pytest]\ncudaagent_device = cpu\ncudaagent_no_timing = true\ncudaagent_trials = 1\n"
-                     "cudaagent_backend = strict-fp32\n")
+                     "cudaagent_backend = strict-fp32\ncudaagent_fast_build = true\n")
     pytester.makepyfile("""
         def test_ini(cudaagent):
-            assert cudaagent.config.device == "cpu"
+            assert cudaagent.config.device == "cpu" and cudaagent.config.fast_build
             assert cudaagent.config.trials == 1 and not cudaagent.config.timing
             assert cudaagent.config.backend == "strict-fp32"
     """)
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
-def test_config_file_sets_what_has_no_option_and_the_options_still_win(pytester):
+def test_config_file_sets_what_has_no_option_and_the_options_still_win(pytester, monkeypatch):
     from pytest_cudaagent import EvalConfig
 
     config = pytester.path / "eval_config.json"
     config.write_text(json.dumps(EvalConfig(trials=9, build_timeout_s=7.0, run_timeout_s=3.0).to_dict()))
     pytester.makepyfile("""
+        import os
+
         def test_config(cudaagent):
             assert (cudaagent.config.build_timeout_s, cudaagent.config.run_timeout_s) == (7.0, 3.0)
             assert cudaagent.config.trials == 2 and cudaagent.config.device == "cpu"
+            assert cudaagent.config.fast_build is (os.environ["EXPECT_FAST_BUILD"] == "1")
     """)
+    monkeypatch.setenv("EXPECT_FAST_BUILD", "0")
+    pytester.runpytest_subprocess("--cudaagent-config", str(config), *FAST).assert_outcomes(passed=1)
+    monkeypatch.setenv("EXPECT_FAST_BUILD", "1")
+    pytester.runpytest_subprocess("--cudaagent-config", str(config), "--cudaagent-fast-build", *FAST).assert_outcomes(passed=1)
+    config.write_text(json.dumps(EvalConfig(trials=9, build_timeout_s=7.0, run_timeout_s=3.0, fast_build=True).to_dict()))
     pytester.runpytest_subprocess("--cudaagent-config", str(config), *FAST).assert_outcomes(passed=1)
     missing = pytester.runpytest_subprocess("--cudaagent-config", "nowhere.json", *FAST)
     assert missing.ret == pytest.ExitCode.USAGE_ERROR
