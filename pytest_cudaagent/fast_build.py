@@ -93,15 +93,23 @@ def pch_variant(extra_cflags, with_cuda: bool) -> PchVariant | None:
     cflags = ["-DTORCH_API_INCLUDE_EXTENSION_H"]
     for include in system_includes:
         cflags += ["-isystem", include]
-    return PchVariant(compiler, (*cflags, "-fPIC", torch_cxx_standard(), *flags))
+    standard = torch_cxx_standard()
+    if standard is None:
+        return None
+    return PchVariant(compiler, (*cflags, "-fPIC", standard, *flags))
 
 
 @functools.lru_cache(maxsize=1)
-def torch_cxx_standard() -> str:
+def torch_cxx_standard() -> str | None:
     """The `-std=` torch's JIT build compiles a C++ source with, as this torch writes it in its
     ninja file: it changed from c++17 (torch 2.11, the H100 machine's) to c++20 (2.13), and a PCH
-    built under another standard is silently ignored by gcc, which then parses the header text."""
-    return next(flag for flag in torch_cxx_cflags() if flag.startswith("-std="))
+    built under another standard is silently ignored by gcc, which then parses the header text.
+    None where the ninja file cannot be written or read (another torch's private writer): no PCH."""
+    try:
+        return next(flag for flag in torch_cxx_cflags() if flag.startswith("-std="))
+    except Exception as error:  # noqa: BLE001  a torch whose writer changed builds the plain way
+        logger.warning("torch's compile flags not read (%s); candidates build without a shared PCH", error)
+        return None
 
 
 @functools.lru_cache(maxsize=1)

@@ -317,3 +317,14 @@ def test_the_candidate_builds_while_the_pch_is_made_not_after_it(tmp_path, monke
     assert result.status == "passed", result.error
     assert seen["candidate_built_first"] is True
     assert seen["pch_done"] <= ended
+
+
+def test_a_torch_whose_ninja_writer_cannot_be_called_gets_no_pch(monkeypatch, fresh_torch_flags):
+    from torch.utils import cpp_extension
+
+    def changed_writer(path, name, sources, a_parameter_we_do_not_know):
+        raise AssertionError("not called with what it needs")
+
+    monkeypatch.setattr(cpp_extension, "_write_ninja_file_to_build_library", changed_writer)
+    assert fast_build.torch_cxx_standard() is None
+    assert pch_variant(["-O3"], with_cuda=False) is None
