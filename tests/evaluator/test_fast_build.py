@@ -246,6 +246,8 @@ def test_a_build_runs_below_the_workers_priority_and_its_compilers_too(monkeypat
     monkeypatch.setattr(cpp_extension, "_jit_compile", fake_jit_compile)
     fast_build.install(None, split=False)
     before = os.getpriority(os.PRIO_PROCESS, 0)
+    if before >= 19:
+        pytest.skip("this process already runs at the lowest priority")
     expected = min(19, before + BUILD_NICENESS)
     arguments = dict(sources=[], extra_cflags=None, extra_cuda_cflags=None, extra_ldflags=None, extra_include_paths=None,
                      build_directory=str(tmp_path), verbose=False, with_cuda=False, is_python_module=True,
