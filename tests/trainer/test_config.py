@@ -82,3 +82,14 @@ def test_relative_paths_in_a_config_resolve_against_the_callers_folder(tmp_path)
     tiny = TrainConfig(model="tiny")
     tiny.resolve_paths(tmp_path)
     assert tiny.model == "tiny"
+
+
+def test_the_h100_pipeline_builds_every_stages_candidates_through_the_shared_header():
+    """Training scores thousands of candidates: each stage's evaluator takes the shared PCH."""
+    from policy.trainer.rewards import evaluator_config
+
+    config = TrainConfig.from_yaml(CONFIG_DIR / "h100-pipeline.yaml")
+    for stage in config.stages:
+        options = stage.environment.options["eval_options"]
+        assert evaluator_config("cuda", options).fast_build is True, stage.name
+    assert evaluator_config("cuda", {}).fast_build is False  # a single evaluation's default
