@@ -108,10 +108,10 @@ class Evaluation:
             # The build as the worker timed it, from its start: the parent's "build" phase is only
             # what remained of it after the sandbox's report and the reference.
             # (Sent by the candidate's process: a number or nothing, never trusted for a verdict.)
-            if isinstance(built, dict) and isinstance(built.get("seconds"), (int, float)):
-                result.profile["candidate.built_after"] = float(built["seconds"])
-            if isinstance(built, dict) and isinstance(built.get("cpu_s"), (int, float)):
-                result.profile["cpu.candidate_build"] = float(built["cpu_s"])  # its compilers included
+            # "cpu_s": its CPU seconds until built, its compilers included.
+            for sent, label in (("seconds", "candidate.built_after"), ("cpu_s", "cpu.candidate_build")):
+                if isinstance(built, dict) and isinstance(built.get(sent), (int, float)):
+                    result.profile[label] = float(built[sent])
             constructed = self._phase("construct", lambda: candidate_worker.request(
                 ("construct", reference["init_inputs"], reference["state_dict"], reference["seed"]),
                 self.config.run_timeout_s))
