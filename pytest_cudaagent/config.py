@@ -202,6 +202,11 @@ class EvalConfig:
     # object, its output and exit status replayed in nvcc's order; the real nvcc for any plan it
     # does not recognise. False: torch's nvcc as it is.
     split_nvcc: bool = True
+    # Compile a CUDA source that includes torch/extension.h (torch/torch.h, torch/all.h) with
+    # torch/types.h in its place first, as written if that fails (header_diet.py says when it
+    # is not tried and why the result means the same): nvcc then parses about a third of the
+    # headers. False: every source as written.
+    header_diet: bool = True
     run_timeout_s: float = 300.0
     memory_cap_gb: float = 32.0  # host RSS of one child; the parent kills it beyond this
     policy: str = "strict"  # anti-hacking policy preset: "strict" (the paper) or "permissive"

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import split_nvcc
+from . import header_diet, split_nvcc
 from .config import BUILD_NICENESS, PCH_BUILD_TIMEOUT_S
 from .locks import file_lock
 
@@ -336,14 +336,18 @@ def build_lock(build_directory: str | Path):
         yield
 
 
-def install_split_nvcc() -> bool:
+def install_nvcc_wrapper(split: bool, diet: bool) -> bool:
     """Make split_nvcc.py the `nvcc` of every ninja file torch writes in this process (torch
-    reads PYTORCH_NVCC when it writes one). A user's own PYTORCH_NVCC (ccache, say) is kept."""
+    reads PYTORCH_NVCC when it writes one): with `split` nvcc's front ends run side by side, with
+    `diet` a source's full torch include is first tried as torch/types.h (header_diet.py). A
+    user's own PYTORCH_NVCC (ccache, say) is kept, and with it neither."""
     from torch.utils import cpp_extension
 
-    if "PYTORCH_NVCC" in os.environ or not cpp_extension.CUDA_HOME:
+    if "PYTORCH_NVCC" in os.environ or not cpp_extension.CUDA_HOME or not (split or diet):
         return False
     os.environ[split_nvcc.REAL_NVCC_ENV] = os.path.join(cpp_extension.CUDA_HOME, "bin", "nvcc")
+    os.environ[split_nvcc.SPLIT_ENV] = "1" if split else "0"
+    os.environ[header_diet.ENV] = "1" if diet else "0"
     os.environ["PYTORCH_NVCC"] = split_nvcc_command()
     return True
 
@@ -354,17 +358,16 @@ def split_nvcc_command() -> str:
     return shlex.join([sys.executable, str(Path(split_nvcc.__file__).resolve())])
 
 
-def install(pch_root: Path | None, split: bool = True) -> None:
+def install(pch_root: Path | None, split: bool = True, diet: bool = False) -> None:
     """Route every torch extension build in this process through the build lock and, unless
     `pch_root` is None (EvalConfig.fast_build off), the shared PCH; with `split`
-    (EvalConfig.split_nvcc) nvcc runs as split_nvcc.py. load and load_inline both build through
+    (EvalConfig.split_nvcc) or `diet` (EvalConfig.header_diet) nvcc runs as split_nvcc.py. load and load_inline both build through
     cpp_extension._jit_compile. No arch flags: with TORCH_CUDA_ARCH_LIST unset torch already
     builds for the visible GPU only, and dropping its PTX copy saved nothing measurable (README,
     "Builds")."""
     from torch.utils import cpp_extension
 
-    if split:
-        install_split_nvcc()
+    install_nvcc_wrapper(split, diet)
 
     original = cpp_extension._jit_compile
     signature = inspect.signature(original)

@@ -41,11 +41,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+try:
+    from . import header_diet
+except ImportError:  # run as a file, as torch's ninja files run it: its folder is on sys.path
+    import header_diet
+
 REAL_NVCC_ENV = "CUDAAGENT_REAL_NVCC"
 # A file to append one JSON line per call to: which path it took and the seconds of each part
 # (what the build benchmark and the tests read).
 LOG_ENV = "CUDAAGENT_NVCC_LOG"
 SPLIT_WHEN_BUSY_ENV = "CUDAAGENT_SPLIT_WHEN_BUSY"
+# "0": nvcc's own sequence always (EvalConfig.split_nvcc off; the header diet may still be on).
+SPLIT_ENV = "CUDAAGENT_SPLIT_NVCC"
 # The tools nvcc's plan may name on the parallel path; anything else runs the real nvcc.
 KNOWN_TOOLS = {"cudafe++", "cicc", "ptxas", "fatbinary", "rm", "gcc", "g++", "c++", "cc", "clang", "clang++"}
 ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
@@ -282,6 +289,9 @@ def busy_reason() -> str | None:
 
 def run_split(nvcc: str, argv: list[str], log: dict) -> int | None:
     """The split build's exit status, or None (the reason in `log`) when the real nvcc must do it."""
+    if os.environ.get(SPLIT_ENV) == "0":
+        log["reason"] = "split off (EvalConfig.split_nvcc)"
+        return None
     busy = busy_reason()
     if busy:
         log["reason"] = busy
@@ -331,10 +341,47 @@ def write_log(log: dict) -> None:
             pass
 
 
+def dieted_compile(argv: list[str], log: dict) -> int | None:
+    """0 when the source's copy on torch/types.h compiled (header_diet.py): its output printed,
+    its own log line merged into `log`. None, the reason in `log`, to compile the source as
+    written; nothing of a failed copy's compile is shown (the source's own compile speaks)."""
+    arguments = header_diet.dieted_arguments(argv)
+    if isinstance(arguments, str):
+        log["diet"] = arguments
+        return None
+    dieted_argv, copy = arguments
+    started = time.perf_counter()
+    descriptor, inner_log = tempfile.mkstemp(prefix="cudaagent-nvcc-", suffix=".jsonl")
+    os.close(descriptor)
+    try:
+        completed = subprocess.run([sys.executable, os.path.abspath(__file__), *dieted_argv], capture_output=True,
+                                   env={**os.environ, header_diet.ENV: "0", LOG_ENV: inner_log})
+        with open(inner_log) as file:
+            lines = file.read().splitlines()
+    finally:
+        os.unlink(inner_log)
+    if completed.returncode == 0:
+        for stream, data in ((sys.stdout, completed.stdout), (sys.stderr, completed.stderr)):
+            stream.flush()
+            stream.buffer.write(data)
+            stream.flush()
+        log.update(json.loads(lines[-1]) if lines else {})
+        log["diet"] = "used"
+        return 0
+    os.unlink(copy)
+    log["diet"] = f"the copy on torch/types.h failed (exit {completed.returncode}): compiled as written"
+    log["diet_wall_s"] = round(time.perf_counter() - started, 3)
+    return None
+
+
 def main(argv: list[str]) -> int:
-    nvcc = real_nvcc()
     started = time.perf_counter()
     log: dict = {"path": "split", "output": next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-o"), None)}
+    if os.environ.get(header_diet.ENV) == "1" and dieted_compile(argv, log) == 0:
+        log["wall_s"] = round(time.perf_counter() - started, 3)
+        write_log(log)
+        return 0
+    nvcc = real_nvcc()
     try:
         status = run_split(nvcc, argv, log)
     except Exception as error:  # never worse than torch's build: the real nvcc decides

@@ -2,6 +2,8 @@
 
     python -m benchmark.experiments.build_speed                      # CPU: C++ candidates evaluated, CUDA compile steps
     python -m benchmark.experiments.build_speed --device cuda --fresh 10 --jobs 3   # GPU: CUDA candidates evaluated
+    python -m benchmark.experiments.build_speed --device cuda --modes plain,diet,all --fresh 20 \\
+        --pairs .styles/problems .styles/candidates --jobs 8      # candidates in published solutions' styles
 """
 
 from __future__ import annotations
@@ -103,17 +105,25 @@ def evaluated_table(pairs, scratch: Path) -> pd.DataFrame:
 
 
 CUDA_MODES = {  # what each mode of the GPU table turns on
-    "plain": {"split_nvcc": False, "fast_build": False},  # torch's load_inline as it is
-    "split": {"split_nvcc": True, "fast_build": False},  # the default: nvcc's front ends side by side
-    "split+pch": {"split_nvcc": True, "fast_build": True},  # and the shared PCH for the C++ side
+    "plain": {"split_nvcc": False, "fast_build": False, "header_diet": False},  # torch's load_inline as it is
+    "split": {"split_nvcc": True, "fast_build": False, "header_diet": False},  # nvcc's front ends side by side
+    "split+pch": {"split_nvcc": True, "fast_build": True, "header_diet": False},  # and the shared PCH for the C++
+    "diet": {"split_nvcc": False, "fast_build": False, "header_diet": True},  # the .cu on torch/types.h
+    "all": {"split_nvcc": True, "fast_build": True, "header_diet": True},  # what `cudaagent bench` uses
 }
 
 
-def cuda_pairs(scratch: Path, fresh: int) -> list[tuple[str, Path, Path]]:
-    """The bundled CUDA candidates and `fresh` generated ones (throughput_templates: distinct
-    kernels, each its own source hash)."""
+def cuda_pairs(scratch: Path, fresh: int, styled: tuple[Path, Path] | None = None) -> list[tuple[str, Path, Path]]:
+    """The bundled CUDA candidates and `fresh` more: generated ones (throughput_templates:
+    distinct kernels, each its own source hash), or with `styled` (problems, candidates folders,
+    as published_styles writes them) that many of its pairs, spread evenly over their names."""
     pairs = [(path.stem, PROBLEMS / path.name, path) for path in sorted((ROOT / "examples/candidates/cuda").glob("*.py"))]
-    if fresh:
+    if fresh and styled:
+        problems, candidates = styled
+        names = sorted(path.name for path in candidates.glob("*.py") if (problems / path.name).exists())
+        chosen = [names[index * len(names) // fresh] for index in range(min(fresh, len(names)))]
+        pairs += [(Path(name).stem, problems / name, candidates / name) for name in chosen]
+    elif fresh:
         for variant in write_candidates(scratch / "fresh", "cuda", fresh):
             pairs.append((variant.file_name.removesuffix(".py"), PROBLEMS / f"{variant.problem_stem}.py",
                           scratch / "fresh" / variant.file_name))
@@ -123,29 +133,35 @@ def cuda_pairs(scratch: Path, fresh: int) -> list[tuple[str, Path, Path]]:
 def cuda_table(pairs, scratch: Path, modes: list[str], jobs: int) -> pd.DataFrame:
     """Each candidate evaluated (correctness only) once per mode, each time with an empty build
     cache, `jobs` evaluations at a time with the modes interleaved (so load falls on all alike).
-    A mode with the PCH gets it built before any candidate, once, as on a machine in use."""
-    if "split+pch" in modes:
-        for variant in {v for _, _, candidate in pairs for v in requested_variants(check_candidate(candidate), "cuda")}:
-            _, seconds, _ = measured(lambda variant=variant: ensure_pch(pch_dir(scratch / "pch-cache"), variant))
-            print(f"shared PCH for {variant.cflags[-3:]}: {seconds:.1f} s (once per machine)")
+    A mode with the PCH gets it built before any candidate, once, as on a machine in use (a cache
+    of its own per mode: a shared one would hand one mode's build to the next)."""
+    variants = {v for _, _, candidate in pairs for v in requested_variants(check_candidate(candidate), "cuda")}
+    for mode in modes:
+        if CUDA_MODES[mode]["fast_build"]:
+            for variant in variants:
+                _, seconds, _ = measured(lambda variant=variant, mode=mode: ensure_pch(pch_dir(scratch / f"pch-cache-{mode}"), variant))
+                print(f"shared PCH for {mode}, {variant.cflags[-3:]}: {seconds:.1f} s (once per machine)")
 
     def one(label, problem, candidate, mode):
-        cache = scratch / "pch-cache" if mode == "split+pch" else scratch / f"cache-{mode}-{label}"
+        cache = scratch / f"pch-cache-{mode}" if CUDA_MODES[mode]["fast_build"] else scratch / f"cache-{mode}-{label}"
         config = EvalConfig(device="cuda", timing=False, baselines=(), cache_dir=cache, **CUDA_MODES[mode])
         started = time.perf_counter()
         result = evaluate(problem, candidate, config)
         if result.status not in ("passed", "incorrect"):
             print(f"{label} {mode}: {result.status}: {(result.error or '')[:1500]}", flush=True)
-        return label, mode, result.phase_seconds.get("build"), time.perf_counter() - started, result.status
+        return (label, mode, result.phase_seconds.get("build"), result.profile.get("cpu.candidate_build"),
+                time.perf_counter() - started, result.status)
 
     work = [(label, problem, candidate, mode) for label, problem, candidate in pairs for mode in modes]
     rows: dict[str, dict] = {}
     with ThreadPoolExecutor(jobs) as pool:
-        for label, mode, build_s, wall_s, status in pool.map(lambda item: one(*item), work):
+        for label, mode, build_s, build_cpu_s, wall_s, status in pool.map(lambda item: one(*item), work):
             row = rows.setdefault(label, {"candidate": label})
             row[f"{mode} build s"] = round(build_s, 1) if build_s is not None else None
+            row[f"{mode} build CPU s"] = round(build_cpu_s, 1) if build_cpu_s is not None else None
             row[f"{mode} verdict"] = status
-            print(f"{label} {mode}: build {build_s} s, evaluation {wall_s:.1f} s, {status}", flush=True)
+            print(f"{label} {mode}: build {build_s} s ({build_cpu_s} CPU s), evaluation {wall_s:.1f} s, {status}",
+                  flush=True)
     table = pd.DataFrame(rows.values())
     for mode in modes[1:]:
         table[f"plain / {mode}"] = (table["plain build s"] / table[f"{mode} build s"]).round(2)
@@ -156,8 +172,11 @@ def cuda_summary(table: pd.DataFrame, modes: list[str]) -> str:
     lines = []
     for mode in modes[1:]:
         same = (table["plain verdict"] == table[f"{mode} verdict"]).sum()
-        lines.append(f"{mode}: median build {table[f'{mode} build s'].median():.1f} s against plain "
-                     f"{table['plain build s'].median():.1f} s, median speedup {table[f'plain / {mode}'].median():.2f}x, "
+        cpu = (table["plain build CPU s"] / table[f"{mode} build CPU s"]).median()
+        lines.append(f"{mode}: median build {table[f'{mode} build s'].median():.1f} s "
+                     f"({table[f'{mode} build CPU s'].median():.1f} CPU s) against plain "
+                     f"{table['plain build s'].median():.1f} s ({table['plain build CPU s'].median():.1f} CPU s), "
+                     f"median speedup {table[f'plain / {mode}'].median():.2f}x (CPU {cpu:.2f}x), "
                      f"same verdict {same}/{len(table)}")
     return "\n".join(lines)
 
@@ -267,6 +286,9 @@ def main() -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: evaluate the CUDA candidates (needs a GPU) instead of the C++ ones")
     parser.add_argument("--fresh", type=int, default=0, help="with --device cuda: also this many generated candidates")
+    parser.add_argument("--pairs", nargs=2, type=Path, metavar=("PROBLEMS", "CANDIDATES"),
+                        help="with --device cuda --fresh N: N of these pairs (published_styles' folders) "
+                             "instead of generated candidates")
     parser.add_argument("--jobs", type=int, default=1, help="with --device cuda: evaluations at a time")
     parser.add_argument("--modes", default="plain,split", help=f"with --device cuda: of {','.join(CUDA_MODES)}")
     parser.add_argument("--json", type=Path, help="with --device cuda: write the table here")
@@ -277,7 +299,7 @@ def main() -> None:
             modes = args.modes.split(",")
             if modes[0] != "plain" or any(mode not in CUDA_MODES for mode in modes):
                 parser.error(f"--modes starts with plain and names modes of {', '.join(CUDA_MODES)}")
-            pairs = [pair for pair in cuda_pairs(scratch, args.fresh) if not args.only or pair[0] in args.only]
+            pairs = [pair for pair in cuda_pairs(scratch, args.fresh, args.pairs) if not args.only or pair[0] in args.only]
             table = cuda_table(pairs, scratch, modes, args.jobs)
             print("\nCold builds of CUDA candidates, evaluated (correctness only), an empty build cache each:")
             print(markdown_table(table))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudaagent import fast_build, split_nvcc
+from pytest_cudaagent import fast_build, header_diet, split_nvcc
 
 NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
@@ -43,7 +43,7 @@ def nvcc_environment():
     """PYTORCH_NVCC and the real nvcc's variable unset for the test and as they were after it
     (monkeypatch.delenv of an unset variable records nothing, so a value install() set would
     have outlived the test)."""
-    names = ("PYTORCH_NVCC", split_nvcc.REAL_NVCC_ENV)
+    names = ("PYTORCH_NVCC", split_nvcc.REAL_NVCC_ENV, split_nvcc.SPLIT_ENV, header_diet.ENV)
     saved = {name: os.environ.pop(name, None) for name in names}
     yield
     for name, value in saved.items():
@@ -172,7 +172,7 @@ def test_install_makes_torchs_ninja_file_run_split_nvcc_and_keeps_a_users_own(mo
 
     monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(Path(NVCC).resolve().parents[1]))
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")  # no GPU here to take it from
-    assert fast_build.install_split_nvcc()
+    assert fast_build.install_nvcc_wrapper(split=True, diet=True)
     assert os.environ[split_nvcc.REAL_NVCC_ENV] == os.path.join(cpp_extension.CUDA_HOME, "bin", "nvcc")
     ninja = tmp_path / "build.ninja"
     (tmp_path / "k.cu").write_text(WITH_WARNINGS)
@@ -189,7 +189,7 @@ def test_install_makes_torchs_ninja_file_run_split_nvcc_and_keeps_a_users_own(mo
     assert json.loads((tmp_path / "nvcc.jsonl").read_text())["path"] == "split"
 
     os.environ["PYTORCH_NVCC"] = "ccache nvcc"
-    assert not fast_build.install_split_nvcc()
+    assert not fast_build.install_nvcc_wrapper(split=True, diet=True)
     assert os.environ["PYTORCH_NVCC"] == "ccache nvcc"
 
 

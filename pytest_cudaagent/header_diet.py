@@ -1,0 +1,129 @@
+"""A candidate's CUDA source compiled with torch's tensor headers instead of all of torch.
+
+Published KernelBench solutions open their `.cu` with `#include <torch/extension.h>`: torch's
+whole C++ frontend (nn, optim, data, jit, serialize, autograd functions, ...) and its Python
+bindings (pybind11, Python.h), for code that uses tensors, their factories, TORCH_CHECK and the
+dispatch macros, all of which `torch/types.h` declares. nvcc parses what the source includes three
+times (cudafe++, cicc, the host compiler after cudafe++), and the precompiled header cannot help
+any of them. Measured with `nvcc -time` on a five-line kernel: 61 s with torch/extension.h, 23 s
+with torch/types.h (README, "Builds").
+
+So the nvcc of a candidate's build (split_nvcc.py) first compiles a copy of the source whose
+`#include <torch/extension.h>` (or torch/torch.h, torch/all.h) line reads `#include
+<torch/types.h>`, then, if that fails for any reason, the source as written, reporting only that
+compile's output: a source that needs what was left out builds as before, its errors as before.
+
+Why a source that compiles both ways means the same both ways: what is left out lives in its own
+namespaces (torch::nn, torch::optim, torch::jit, torch::autograd's functions, torch::cuda, py::,
+...), so a call into it fails to compile instead of finding another overload; the names
+torch/utils.h adds to `torch::` are at::'s own (using-declarations). What could still change
+silently is the preprocessor, so the copy is not used when the source tests a macro it does not
+define itself (`#if`/`#ifdef` of anything but compiler builtins and torch's version, which the
+copy includes), defines one before the torch include (a header left out could have redefined
+it), or holds a raw string literal (the include line could be text). `#line` keeps every
+diagnostic, `__FILE__` and debug line pointing at the source as written. Stdlib only: imported by
+split_nvcc.py run as a file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+# Set to "1" in the environment of the nvcc wrapper (split_nvcc.py) to compile dieted copies.
+ENV = "CUDAAGENT_HEADER_DIET"
+FULL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(extension|torch|all)\.h[>"][ \t]*(//.*)?$', re.M)
+LIGHT_INCLUDE = "#include <torch/types.h>"
+# Only macros, and what a source may test in an #if (TORCH_VERSION_MAJOR, ...): included first.
+VERSION_INCLUDE = "#include <torch/version.h>"
+# The APIs torch/extension.h has and torch/types.h has not. A source naming one is compiled as
+# written without trying the copy first (the copy would fail: a wasted compile).
+LEFT_OUT_API = re.compile(
+    r"\b(py|pybind11)::|\bPYBIND11_|\bPy_\w+|\bPy([A-Z][A-Za-z]*_\w+|[A-Za-z]*Object)\b|\bTHP\w+"
+    r"|\btorch::(nn|optim|data|jit|serialize|autograd|cuda|fft|linalg|special|nested|sparse|python"
+    r"|mps|xpu|nativert|enumtype|save|load|equal_if_defined)\b")
+# With `using namespace torch` the same namespaces can be named without `torch::`.
+USING_TORCH = re.compile(r"\busing\s+namespace\s+torch\s*;")
+UNQUALIFIED_LEFT_OUT = re.compile(
+    r"(?<![\w:])(nn|optim|data|jit|serialize|autograd|fft|linalg|special|nested|python|enumtype)::")
+RAW_STRING = re.compile(r'(?<![\w])(u8|u|U|L)?R"')
+CONDITIONAL = re.compile(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|elifdef|elifndef)\b(.*)$", re.M)
+DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.M)
+IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+# Words an #if may hold whatever the headers: operators of the preprocessor, compiler builtins
+# (__CUDA_ARCH__, __CUDACC__, __GNUC__, __cplusplus, ...), torch's version (included first).
+NEUTRAL_WORDS = {"defined", "__has_include", "__has_include_next", "__has_builtin", "__has_attribute",
+                 "__has_cpp_attribute", "true", "false"}
+
+
+def _neutral(word: str, own_macros: set[str]) -> bool:
+    return (word in NEUTRAL_WORDS or word in own_macros or word.startswith("__")
+            or word.startswith("TORCH_VERSION"))
+
+
+def why_not(text: str) -> str | None:
+    """Why this CUDA source is compiled as written, not as a copy on torch/types.h; None: diet it."""
+    first_include = FULL_INCLUDE.search(text)
+    if first_include is None:
+        return "no torch/extension.h, torch/torch.h or torch/all.h include"
+    if RAW_STRING.search(text):
+        return "a raw string literal (an include line could be text)"
+    left_out = LEFT_OUT_API.search(text)
+    if left_out is None and USING_TORCH.search(text):
+        left_out = UNQUALIFIED_LEFT_OUT.search(text)
+    if left_out is not None:
+        return f"names {left_out.group(0)!r}, which torch/types.h does not declare"
+    defined_before = [match.group(1) for match in DEFINE.finditer(text, 0, first_include.start())]
+    if defined_before:
+        return f"defines {defined_before[0]} before the torch include"
+    own_macros = {match.group(1) for match in DEFINE.finditer(text)}
+    for conditional in CONDITIONAL.finditer(text):
+        condition = re.sub(r"//.*|/\*.*?\*/", "", conditional.group(2))
+        condition = re.sub(r"<[^>]*>|\"[^\"]*\"", "", condition)  # __has_include(<torch/nn.h>)
+        foreign = [word for word in IDENTIFIER.findall(condition) if not _neutral(word, own_macros)]
+        if foreign:
+            return f"#{conditional.group(1)} tests {foreign[0]}, which a header left out could define"
+    return None
+
+
+def dieted(text: str, original_path: str) -> str:
+    """The copy: torch's version macros, then the source as written (line for line, named as the
+    original by #line) with its full torch includes reading torch/types.h."""
+    quoted = original_path.replace("\\", "\\\\").replace('"', '\\"')
+    return f'{VERSION_INCLUDE}\n#line 1 "{quoted}"\n' + FULL_INCLUDE.sub(LIGHT_INCLUDE, text)
+
+
+def dieted_arguments(argv: list[str]) -> tuple[list[str], str] | str:
+    """(nvcc's arguments compiling the dieted copy, the copy's path), or why not. The copy goes
+    beside the object (the build directory, writable wherever the build is), with the source's
+    own directory searched for its quoted includes."""
+    if argv.count("-c") != 1 or "-o" not in argv[:-1]:
+        return "not one -c compile with -o"
+    source_index = argv.index("-c") + 1
+    if source_index >= len(argv) or not argv[source_index].endswith(".cu"):
+        return "no .cu source after -c"
+    source = argv[source_index]
+    try:
+        with open(source, encoding="utf-8") as file:
+            text = file.read()
+    except (OSError, UnicodeDecodeError) as error:
+        return f"unreadable source: {error}"
+    reason = why_not(text)
+    if reason:
+        return reason
+    output = argv[argv.index("-o") + 1]
+    source_dir = os.path.dirname(os.path.abspath(source))
+    copy = os.path.join(os.path.dirname(os.path.abspath(output)),
+                        os.path.splitext(os.path.basename(source))[0] + ".diet.cu")
+    try:
+        with open(copy, "w", encoding="utf-8") as file:
+            file.write(dieted(text, os.path.abspath(source)))
+    except OSError as error:
+        return f"cannot write the copy: {error}"
+    arguments = list(argv)
+    arguments[source_index] = copy
+    if os.path.dirname(copy) != source_dir:
+        # The source's folder first for its quoted includes, as for the source itself (nvcc
+        # passes -Xcompiler options to both of its preprocessing runs).
+        arguments[source_index - 1:source_index - 1] = ["-Xcompiler", "-iquote", "-Xcompiler", source_dir]
+    return arguments, copy

@@ -1,0 +1,301 @@
+"""header_diet.py: a CUDA source's full torch include compiled as torch/types.h first, as written
+when that fails or could change what the source means; through the nvcc wrapper with real nvcc
+runs on tiny stand-in headers (no GPU needed), and once on torch's own headers."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_cudaagent import fast_build, header_diet, split_nvcc
+
+NVCC = shutil.which("nvcc")
+SCRIPT = Path(split_nvcc.__file__).resolve()
+
+# Written the way published KernelBench solutions are: every one of these gets the diet.
+PUBLISHED_STYLES = {
+    "elementwise": r"""
+#include <torch/extension.h>
+#include <cuda_runtime.h>
+
+__global__ void relu_kernel(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = fmaxf(x[i], 0.f);
+}
+
+torch::Tensor relu_cuda(torch::Tensor x) {
+    auto y = torch::zeros_like(x);
+    relu_kernel<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+    return y;
+}
+""",
+    "dispatch, stream, checks": r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <vector>
+
+#define CHECK_CUDA(x) TORCH_CHECK(x.device().is_cuda(), #x " must be a CUDA tensor")
+#define CHECK_CONTIGUOUS(x) TORCH_CHECK(x.is_contiguous(), #x " must be contiguous")
+#define CHECK_INPUT(x) CHECK_CUDA(x); CHECK_CONTIGUOUS(x)
+
+template <typename scalar_t>
+__global__ void scale_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, float s, int64_t n) {
+#if __CUDA_ARCH__ >= 800
+    for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = x[i] * s;
+#endif
+}
+
+std::vector<torch::Tensor> forward(torch::Tensor x, double s) {
+    CHECK_INPUT(x);
+    const at::cuda::OptionalCUDAGuard guard(device_of(x));
+    auto y = torch::empty({x.size(0), x.size(1)}, x.options().dtype(torch::kFloat32));
+    AT_DISPATCH_FLOATING_TYPES_AND_HALF(x.scalar_type(), "scale", ([&] {
+        scale_kernel<scalar_t><<<1024, 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+            x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), (float)s, x.numel());
+    }));
+    return {y, torch::matmul(y, y.t())};
+}
+""",
+    "torch.h, using namespace, version test": r"""
+// A PyTorch extension: CUDA kernel for a fused bias + GELU.
+#include <torch/torch.h>
+#include <cuda_fp16.h>
+using namespace torch;
+#ifndef TILE
+#define TILE 32
+#endif
+#if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
+#define HAS_NEW_API 1
+#endif
+__global__ void gelu(half* x, int n) { int i = threadIdx.x + blockIdx.x * TILE; if (i < n) x[i] = __float2half(0.f); }
+Tensor gelu_cuda(Tensor x) { gelu<<<1, TILE>>>(reinterpret_cast<half*>(x.data_ptr<at::Half>()), x.numel()); return x; }
+""",
+}
+# (a source, what the refusal names): each compiled as written, the copy never tried.
+REFUSED = [
+    ("#include <torch/types.h>\n__global__ void k() {}\n", "no torch/extension.h"),
+    ("#include <torch/extension.h>\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"f\", &f); }\n", "PYBIND11_"),
+    ("#include <torch/extension.h>\nnamespace py = pybind11;\npy::object f();\n", "py::"),
+    ("#include <torch/extension.h>\nPyObject* f();\n", "PyObject"),
+    ("#include <torch/extension.h>\nvoid f() { Py_INCREF(nullptr); }\n", "Py_INCREF"),
+    ("#include <torch/extension.h>\nauto f(torch::Tensor x) { return torch::nn::functional::relu(x); }\n", "torch::nn"),
+    ("#include <torch/extension.h>\nusing namespace torch;\nauto f(Tensor x) { return nn::functional::relu(x); }\n",
+     "nn::"),
+    ("#include <torch/extension.h>\nvoid f() { torch::cuda::synchronize(); }\n", "torch::cuda"),
+    ("#include <torch/extension.h>\nauto f(torch::Tensor x) { return torch::fft::fft(x); }\n", "torch::fft"),
+    ("#include <torch/extension.h>\nconst char* s = R\"(\n#include <torch/extension.h>\n)\";\n", "raw string"),
+    ("#include <torch/extension.h>\n#ifdef PYBIND11_VERSION_MAJOR\nint v = 1;\n#endif\n", "PYBIND11_"),
+    ("#include <torch/extension.h>\n#if HAVE_UNISTD_H\nint v = 1;\n#endif\n", "HAVE_UNISTD_H"),
+    ("#include <torch/extension.h>\n#if defined(Py_LIMITED_API) || X\nint v;\n#endif\n", "Py_LIMITED_API"),
+    ("#define CHECK(x) x\n#include <torch/extension.h>\n", "defines CHECK before"),
+]
+
+
+@pytest.mark.parametrize("style", sorted(PUBLISHED_STYLES))
+def test_sources_written_like_published_solutions_get_the_diet(style):
+    assert header_diet.why_not(PUBLISHED_STYLES[style]) is None
+
+
+@pytest.mark.parametrize(("source", "named"), REFUSED)
+def test_a_source_the_copy_could_fail_or_change_is_compiled_as_written(source, named):
+    reason = header_diet.why_not(source)
+    assert reason is not None and named in reason, reason
+
+
+@pytest.mark.parametrize("include", ['#include <torch/extension.h>', '#include "torch/extension.h"',
+                                     '  #  include <torch/torch.h>', '#include <torch/all.h>  // all of it'])
+def test_the_copy_keeps_every_line_where_it_was_and_names_the_original(include):
+    source = f"// a kernel\n{include}\n#include <vector>\nint x = 1;\n"
+    copy = header_diet.dieted(source, '/build/dir "q"/cuda.cu').splitlines()
+    assert copy[:2] == ["#include <torch/version.h>", '#line 1 "/build/dir \\"q\\"/cuda.cu"']
+    assert copy[2:] == ["// a kernel", "#include <torch/types.h>", "#include <vector>", "int x = 1;"]
+
+
+def test_comments_that_say_pytorch_and_torchs_own_dtypes_do_not_refuse_the_diet():
+    source = "// PyTorch extension, Python bindings elsewhere\n#include <torch/extension.h>\n" \
+             "auto f(torch::Tensor x) { return x.to(torch::kFloat32).to(torch::kCUDA); }\n"
+    assert header_diet.why_not(source) is None
+
+
+def test_arguments_point_nvcc_at_the_copy_beside_the_object(tmp_path):
+    source = tmp_path / "src" / "kernel.cu"
+    source.parent.mkdir()
+    source.write_text(PUBLISHED_STYLES["elementwise"])
+    argv = ["--generate-dependencies-with-compile", "--dependency-output", "out/k.o.d", "-O3", "-c", str(source),
+            "-o", str(tmp_path / "out" / "k.o"), "-std=c++17"]
+    (tmp_path / "out").mkdir()
+    arguments, copy = header_diet.dieted_arguments(argv)
+    assert copy == str(tmp_path / "out" / "kernel.diet.cu") and Path(copy).exists()
+    assert arguments == [*argv[:4], "-Xcompiler", "-iquote", "-Xcompiler", str(source.parent), "-c", copy, *argv[6:]]
+    # Beside its source (load_inline's case: one build folder), no extra search path.
+    arguments, copy = header_diet.dieted_arguments(["-c", str(source), "-o", str(source.parent / "k.o")])
+    assert arguments == ["-c", copy, "-o", str(source.parent / "k.o")]
+
+
+@pytest.mark.parametrize("argv", [["-c", "k.cpp", "-o", "k.o"], ["-E", "k.cu"], ["-c", "missing.cu", "-o", "k.o"]])
+def test_anything_but_one_readable_cu_compile_is_left_alone(argv, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert isinstance(header_diet.dieted_arguments(argv), str)
+
+
+# --- the nvcc wrapper, with real nvcc runs on stand-in torch headers -------------------------
+
+STAND_INS = {
+    "torch/types.h": "#pragma once\nstruct Tensor { int n; };\n",
+    "torch/version.h": "#pragma once\n#define TORCH_VERSION_MAJOR 2\n",
+    "torch/extension.h": "#pragma once\n#include <torch/types.h>\nstruct OnlyInTheFullHeader {};\n",
+}
+USES_TYPES_ONLY = r"""#include <torch/extension.h>
+__global__ void k(float* x) { x[threadIdx.x] = 1.f; }
+const char* where_i_am = __FILE__;
+int launch(Tensor t) { int unused; k<<<1, 32>>>(nullptr); return t.n; }
+"""
+
+
+def stand_in_headers(root: Path) -> Path:
+    include = root / "include"
+    for name, text in STAND_INS.items():
+        (include / name).parent.mkdir(parents=True, exist_ok=True)
+        (include / name).write_text(text)
+    return include
+
+
+def wrapper(tmp_path: Path, source: str, diet: bool, name: str = "kernel", extra: tuple = ()) -> dict:
+    """One -c compile through split_nvcc.py: its exit status, output, log line, object."""
+    (tmp_path / f"{name}.cu").write_text(source)
+    log = tmp_path / f"{name}-{diet}.jsonl"
+    output = tmp_path / f"{name}-{diet}.o"
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPT), "-I", str(stand_in_headers(tmp_path)), *extra, "-Xcompiler", "-Wall",
+         "-c", str(tmp_path / f"{name}.cu"), "-o", str(output)],
+        cwd=tmp_path, capture_output=True, text=True,
+        env={**os.environ, split_nvcc.LOG_ENV: str(log), header_diet.ENV: "1" if diet else "0",
+             split_nvcc.SPLIT_WHEN_BUSY_ENV: "1"})
+    return {"returncode": completed.returncode, "stdout": completed.stdout, "stderr": completed.stderr,
+            "log": json.loads(log.read_text().splitlines()[-1]), "object": output.read_bytes() if output.exists() else None}
+
+
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+
+
+@needs_nvcc
+def test_a_source_that_needs_only_tensors_compiles_the_copy_and_still_names_itself(tmp_path):
+    run = wrapper(tmp_path, USES_TYPES_ONLY, diet=True)
+    assert run["returncode"] == 0 and run["log"]["diet"] == "used" and run["log"]["path"] == "split"
+    assert (tmp_path / "kernel.diet.cu").exists()
+    # Diagnostics and __FILE__ name the source as written (line 4 there), never the copy.
+    assert f"{tmp_path / 'kernel.cu'}(4)" in run["stderr"] or f"{tmp_path / 'kernel.cu'}:4" in run["stderr"]
+    assert "diet" not in run["stderr"]
+    # (nvcc's own temporary file names, which carry the copy's, aside)
+    strings = re.sub(rb"tmpxft_[\w.-]+?\.cudafe1\.cpp", b"", run["object"])
+    assert str(tmp_path / "kernel.cu").encode() in strings and b"diet" not in strings
+
+
+@needs_nvcc
+def test_a_source_that_needs_the_full_header_fails_the_copy_quietly_and_builds_as_written(tmp_path):
+    source = USES_TYPES_ONLY + "OnlyInTheFullHeader needs_it;\n"
+    run = wrapper(tmp_path, source, diet=True)
+    assert run["returncode"] == 0 and run["object"] is not None
+    assert run["log"]["diet"].startswith("the copy on torch/types.h failed") and run["log"]["path"] == "split"
+    assert "OnlyInTheFullHeader" not in run["stderr"] and not (tmp_path / "kernel.diet.cu").exists()
+
+
+@needs_nvcc
+def test_a_broken_source_reports_exactly_what_it_reports_without_the_diet(tmp_path):
+    broken = USES_TYPES_ONLY + "int broken() { return undeclared_name; }\n"
+    with_diet, without = wrapper(tmp_path, broken, diet=True), wrapper(tmp_path, broken, diet=False)
+    assert with_diet["returncode"] == without["returncode"] != 0
+    assert with_diet["stderr"] == without["stderr"] and "undeclared_name" in without["stderr"]
+    assert "diet" not in without["log"] and "failed" in with_diet["log"]["diet"]
+
+
+@needs_nvcc
+def test_quoted_includes_are_found_beside_the_source_when_the_object_goes_elsewhere(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "helpers.cuh").write_text("__device__ inline float twice(float v) { return 2 * v; }\n")
+    source = "#include <torch/extension.h>\n#include \"helpers.cuh\"\n" \
+             "__global__ void k(float* x) { x[0] = twice(x[0]); }\n"
+    (tmp_path / "src" / "kernel.cu").write_text(source)
+    (tmp_path / "out").mkdir()
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPT), "-I", str(stand_in_headers(tmp_path)), "-c", "src/kernel.cu", "-o", "out/k.o"],
+        cwd=tmp_path, capture_output=True, text=True,
+        env={**os.environ, split_nvcc.LOG_ENV: str(tmp_path / "log.jsonl"), header_diet.ENV: "1"})
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads((tmp_path / "log.jsonl").read_text())["diet"] == "used"
+    assert (tmp_path / "out" / "kernel.diet.cu").exists()
+
+
+@needs_nvcc
+def test_split_off_still_diets_through_nvccs_own_sequence(tmp_path, monkeypatch):
+    monkeypatch.setenv(split_nvcc.SPLIT_ENV, "0")
+    run = wrapper(tmp_path, USES_TYPES_ONLY, diet=True)
+    assert run["returncode"] == 0 and run["log"]["diet"] == "used"
+    assert run["log"]["path"] == "nvcc" and "split off" in run["log"]["reason"]
+
+
+@pytest.fixture
+def nvcc_environment():
+    names = ("PYTORCH_NVCC", split_nvcc.REAL_NVCC_ENV, split_nvcc.SPLIT_ENV, header_diet.ENV)
+    saved = {name: os.environ.pop(name, None) for name in names}
+    yield
+    for name, value in saved.items():
+        os.environ.pop(name, None)
+        if value is not None:
+            os.environ[name] = value
+
+
+@needs_nvcc
+@pytest.mark.parametrize(("split", "diet", "wrapped", "split_env", "diet_env"),
+                         [(False, False, False, None, None), (True, False, True, "1", "0"),
+                          (False, True, True, "0", "1"), (True, True, True, "1", "1")])
+def test_the_evaluation_config_chooses_the_wrapper_and_what_it_does(monkeypatch, nvcc_environment, split, diet,
+                                                                     wrapped, split_env, diet_env):
+    from torch.utils import cpp_extension
+
+    from pytest_cudaagent.config import EvalConfig
+
+    assert EvalConfig().header_diet and not EvalConfig.from_dict({"header_diet": False}).header_diet
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(Path(NVCC).resolve().parents[1]))
+    monkeypatch.setattr(cpp_extension, "_jit_compile", cpp_extension._jit_compile)  # install wraps it: undone after
+    fast_build.install(None, split=split, diet=diet)
+    assert ("split_nvcc.py" in os.environ.get("PYTORCH_NVCC", "")) == wrapped
+    assert os.environ.get(split_nvcc.SPLIT_ENV) == split_env and os.environ.get(header_diet.ENV) == diet_env
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_a_published_style_source_on_torchs_own_headers_builds_from_the_copy(tmp_path):
+    """The real thing: torch's headers and flags (as its ninja file passes them), a source with
+    AT_DISPATCH, the current stream, guards and std::vector results: the copy builds, and the
+    object defines the function the binding calls."""
+    import sysconfig
+
+    from torch.utils import cpp_extension
+
+    source = tmp_path / "cuda.cu"
+    # The CPU machine's CUDA has no cuSPARSE headers, which ATen/cuda/CUDAContext.h includes.
+    source.write_text(PUBLISHED_STYLES["dispatch, stream, checks"]
+                      .replace("#include <ATen/cuda/CUDAContext.h>", "#include <c10/cuda/CUDAStream.h>")
+                      .replace("at::cuda::getCurrentCUDAStream", "c10::cuda::getCurrentCUDAStream"))
+    includes = [flag for path in cpp_extension.include_paths() for flag in ("-I", path)]
+    from benchmark.experiments.build_speed import stub_headers
+
+    includes += ["-I", sysconfig.get_paths()["include"], "-I", str(stub_headers(tmp_path))]
+    log = tmp_path / "nvcc.jsonl"
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPT), "--generate-dependencies-with-compile", "--dependency-output", "cuda.o.d",
+         *includes, "-D_GLIBCXX_USE_CXX11_ABI=1", "-std=c++17", "-O3", "-arch=sm_90", "-Xcompiler", "-fPIC",
+         "-c", str(source), "-o", "cuda.o"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=900,
+        env={**os.environ, split_nvcc.LOG_ENV: str(log), header_diet.ENV: "1"})
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert json.loads(log.read_text())["diet"] == "used"
+    symbols = subprocess.run(["nm", "-C", str(tmp_path / "cuda.o")], capture_output=True, text=True).stdout
+    assert re.search(r" T forward\(at::Tensor, double\)", symbols), symbols[:2000]
