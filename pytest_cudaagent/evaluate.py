@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import statistics
-import threading
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from .channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
 from .compare import as_output_list, compare_outputs, same_values, scaled
 from .config import EvalConfig
 from .envinfo import collect_env
-from .fast_build import pch_dir, prepare_pch
+from .fast_build import pch_dir, start_pch
 from .files import BadFileError, Candidate, check_candidate, check_problem, file_hash
 from .provenance import foreign_kernels
 from .result import Result, TimingStats, TrialResult, Violation
@@ -84,18 +83,14 @@ class Evaluation:
         result = self.result
         cpu_started = time.process_time()
         static = scan_candidate(self.candidate)
-        candidate_worker = reference_worker = pch_builder = None
+        candidate_worker = reference_worker = None
         try:
             reference_worker = self._spawn_reference()
             # The reference computes while the candidate starts and builds.
             reference_worker.send(("prepare", self._set_count()))
             if self.config.fast_build:
-                # Beside the candidate, not before it: a PCH takes about as long as a plain build,
-                # so the first candidates of a fresh cache build the plain way while it is made
-                # (the worker takes a PCH only once it is finished), and the ones after use it.
-                pch_builder = threading.Thread(target=prepare_pch, name="cudaagent-pch",
-                                               args=(self.candidate, self.config.cache_dir, self.device))
-                pch_builder.start()
+                # Beside the candidate, not before it, and not waited for (fast_build.start_pch).
+                start_pch(self.candidate, self.config.cache_dir, self.device)
             candidate_worker = self._spawn_candidate()
             self._phase("sandbox", lambda: self._note_sandbox(candidate_worker.receive(self.config.build_timeout_s,
                                                                                         label="start")))
@@ -151,8 +146,6 @@ class Evaluation:
                 reference_worker.close()
             if self.sandbox is not None:
                 self.sandbox.close()
-            if pch_builder is not None:  # its compiler is ours to wait for (PCH_BUILD_TIMEOUT_S at most)
-                pch_builder.join()
             result.env.setdefault("sandbox", {"enabled": self.config.sandbox, "errors": ["the worker ended before entering it"]})
             self._check_tampering()
         result.passed = result.status == "passed"

@@ -156,13 +156,16 @@ def ready_pch(root: Path, variant: PchVariant) -> Path | None:
     return entry / PCH_HEADER if finished else None
 
 
-def ensure_pch(root: Path, variant: PchVariant) -> Path:
+def ensure_pch(root: Path, variant: PchVariant, wait: bool = True) -> Path | None:
     """Build the PCH for `variant` unless the cache already has it; one builder at a time per
-    variant, the others wait on its lock. Built under a temporary name and renamed, so a build
-    that dies leaves nothing that passes for a finished one."""
+    variant, the others wait on its lock (`wait` False: return None at once instead). Built under
+    a temporary name and renamed, so a build that dies leaves nothing that passes for a finished
+    one."""
     root = Path(root)
     key = variant.key()
-    with file_lock(root / f"{key}.lock"):
+    with file_lock(root / f"{key}.lock", wait=wait) as held:
+        if not held:
+            return None
         ready = ready_pch(root, variant)
         if ready is not None:
             return ready
@@ -312,13 +315,35 @@ def _has_cuda_sources(node: ast.Call, keywords: dict) -> bool:
 
 
 def prepare_pch(candidate, cache_dir: Path, device: str) -> None:
-    """Build the PCHs the candidate will ask for. A failure is logged, never raised: the
-    candidate then builds the plain way."""
+    """Build the PCHs the candidate will ask for that no other process is building now. A
+    failure is logged, never raised: the candidate then builds the plain way."""
     for variant in requested_variants(candidate, device):
         try:
-            ensure_pch(pch_dir(cache_dir), variant)
+            ensure_pch(pch_dir(cache_dir), variant, wait=False)
         except (OSError, RuntimeError, subprocess.TimeoutExpired) as error:
             logger.warning("precompiled header not built; candidates build without it: %s", error)
+
+
+_pch_builders: dict[Path, threading.Thread] = {}  # this process's, by PCH cache
+_pch_builders_lock = threading.Lock()
+
+
+def start_pch(candidate, cache_dir: Path, device: str) -> threading.Thread | None:
+    """prepare_pch in a thread of this process, unless one of this process is still at it for
+    this cache. Nobody waits for it: the candidates of a fresh cache build the plain way until it
+    is made (a PCH takes about as long as a plain build), later ones take it, and an evaluation
+    ends when its own work does (#21: the eight evaluations of a batch's first wave each waited
+    for the one PCH). Not a daemon: the process waits for it before it exits, so its compiler
+    (PCH_BUILD_TIMEOUT_S at most) is never left behind."""
+    root = pch_dir(cache_dir)
+    with _pch_builders_lock:
+        running = _pch_builders.get(root)
+        if running is not None and running.is_alive():
+            return None
+        builder = threading.Thread(target=prepare_pch, args=(candidate, cache_dir, device), name="cudaagent-pch")
+        _pch_builders[root] = builder
+        builder.start()
+        return builder
 
 
 # ----------------------------------------------------------------------------------------------

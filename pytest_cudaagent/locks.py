@@ -135,11 +135,17 @@ _holder: dict = {}
 
 
 @contextmanager
-def file_lock(path: Path):
+def file_lock(path: Path, wait: bool = True):
+    """Held for the block. With `wait` False it yields False at once where another holds it
+    (the block then runs without the lock, and should do nothing that needs it), True otherwise."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            yield
+            fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)

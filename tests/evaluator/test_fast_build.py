@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -296,29 +297,63 @@ def test_the_pch_is_built_with_the_flags_torchs_own_ninja_file_gives_a_cpp_sourc
 
 
 @pytest.mark.slow
-def test_the_candidate_builds_while_the_pch_is_made_not_after_it(tmp_path, monkeypatch):
+def test_the_candidate_builds_while_the_pch_is_made_and_nobody_waits_for_it(tmp_path, monkeypatch):
     """A PCH takes about as long as a plain build: the first candidate of a fresh cache does not
-    wait for it (it builds the plain way meanwhile), and the evaluation ends only once it is made."""
-    evaluate_module = sys.modules["pytest_cudaagent.evaluate"]  # the package's `evaluate` is the function
+    wait for it (it builds the plain way meanwhile), its evaluation ends without waiting for it
+    either, and a second evaluation meanwhile starts no second builder."""
     cache_dir = tmp_path / "cache"
     candidate = write_candidate(tmp_path / "meanwhile.py", "meanwhile_row_sum", ROW_SUM_CPP, '["-O3", "-DROW_SCALE=1"]')
     extensions = check_candidate(candidate).extensions_dir(cache_dir)
-    seen = {}
+    seen = {"calls": 0}
+    release = threading.Event()
 
     def slow_pch(found, cache, device):
+        seen["calls"] += 1
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and not list(extensions.rglob("*.so")):
             time.sleep(0.2)
         seen["candidate_built_first"] = bool(list(extensions.rglob("*.so")))
-        time.sleep(1.0)
+        release.wait(300)
         seen["pch_done"] = time.monotonic()
 
-    monkeypatch.setattr(evaluate_module, "prepare_pch", slow_pch)
-    result = evaluate(PROBLEMS / "row_sum.py", candidate, cpu_config(cache_dir=cache_dir, fast_build=True, timing=False))
-    ended = time.monotonic()
-    assert result.status == "passed", result.error
-    assert seen["candidate_built_first"] is True
-    assert seen["pch_done"] <= ended
+    monkeypatch.setattr(fast_build, "prepare_pch", slow_pch)
+    try:
+        result = evaluate(PROBLEMS / "row_sum.py", candidate,
+                          cpu_config(cache_dir=cache_dir, fast_build=True, timing=False))
+        again = evaluate(PROBLEMS / "row_sum.py", candidate,
+                         cpu_config(cache_dir=cache_dir, fast_build=True, timing=False))
+        assert result.status == again.status == "passed", result.error
+        assert "pch_done" not in seen and seen["candidate_built_first"] is True
+        assert seen["calls"] == 1
+        builder = fast_build._pch_builders[fast_build.pch_dir(cache_dir)]
+        assert builder.is_alive() and not builder.daemon  # the process waits for it at its exit
+    finally:
+        release.set()
+    builder.join(60)
+    assert "pch_done" in seen
+
+
+def test_a_pch_another_process_is_building_is_not_waited_for(tmp_path):
+    """Only one builder per PCH; the others go on without it (wait=False) or wait (the default)."""
+    variant = pch_variant(["-O3"], False)
+    root = tmp_path / "pch"
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import fcntl, sys, time
+from pathlib import Path
+Path({str(root)!r}).mkdir(parents=True, exist_ok=True)
+handle = open(Path({str(root)!r}) / {variant.key() + ".lock"!r}, "a+")
+fcntl.flock(handle, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(60)
+"""], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        assert ensure_pch(root, variant, wait=False) is None
+        assert time.monotonic() - started < 5
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_a_torch_whose_ninja_writer_cannot_be_called_gets_no_pch(monkeypatch, fresh_torch_flags):
