@@ -85,10 +85,23 @@ def run_kernelbench_side(pairs: list[Pair], checkout: Path, release: str, worker
                   f"{Path(row['candidate']).stem} {row['outcome']} in {row['seconds']:.1f} s", flush=True)
 
 
-def our_rows(results_path: Path) -> list[dict]:
+def _watch_arrivals(side: dict, stop: threading.Event) -> None:
+    """When each of our results arrived (seconds since the side began), by line of the results
+    file: with each evaluation's own seconds, when it began, so what the batch spends outside
+    evaluations (pytest's start, its workers', waits between them) shows."""
+    arrivals = side.setdefault("arrivals", [])
+    while not stop.wait(0.5):
+        path = side.get("results")
+        if path and Path(path).exists():
+            with open(path, "rb") as file:
+                lines = file.read().count(b"\n")
+            arrivals.extend([round(time.perf_counter() - side["began"], 1)] * (lines - len(arrivals)))
+
+
+def our_rows(results_path: Path, arrivals: list[float] = ()) -> list[dict]:
     """Our side's rows, from the results file the batch appends to as evaluations end."""
     rows = []
-    for result in read_results(results_path) if results_path.exists() else []:
+    for index, result in enumerate(read_results(results_path) if results_path.exists() else []):
         phases = result.phase_seconds
         # The candidate builds from its start: the sandbox's and the reference's phases are waits
         # the build overlaps, so "build" is the time until it was built, and outside it what follows.
@@ -102,7 +115,11 @@ def our_rows(results_path: Path) -> list[dict]:
                      # CPU seconds of the evaluation's own processes: beside the machine's per
                      # evaluation, what the batch spends outside them (pytest, test workers, zygotes)
                      "evaluation_cpu_s": sum(result.profile.get(f"cpu.{part}", 0.0) for part in CPU_PARTS),
-                     **{f"cpu_{part}_s": result.profile.get(f"cpu.{part}") for part in CPU_COLUMNS}})
+                     **{f"cpu_{part}_s": result.profile.get(f"cpu.{part}") for part in CPU_COLUMNS},
+                     # when it ended, and so began, in seconds since the side began
+                     "ended_at_s": arrivals[index] if index < len(arrivals) else None,
+                     "began_at_s": (round(arrivals[index] - sum(phases.values()), 1) if index < len(arrivals)
+                                    else None)})
     return rows
 
 
@@ -155,13 +172,23 @@ def run_side(name: str, pairs: list[Pair], args, console: Console) -> dict:
                                     getattr(args, "our_config", None), not getattr(args, "no_fast_build", False))
     cpu_before = machine_cpu_s()
     runner = threading.Thread(target=work, daemon=True)
+    stop_watching = threading.Event()
+    watcher = threading.Thread(target=_watch_arrivals, args=(side, stop_watching), daemon=True)
     runner.start()
+    watcher.start()
     runner.join(args.deadline)
+    stop_watching.set()
+    watcher.join()
     side["finished"] = not runner.is_alive()
     side["wall_s"] = time.perf_counter() - side.pop("began")
     side["machine_cpu_s"] = machine_cpu_s() - cpu_before
     if name == "ours":
-        side["rows"] = our_rows(Path(side.pop("results")))
+        side["rows"] = our_rows(Path(side.pop("results")), side.pop("arrivals", []))
+        began = [row["began_at_s"] for row in side["rows"] if row["began_at_s"] is not None]
+        if began:
+            # (a row's start is its end less its phases: the fork of its workers comes before)
+            console.print(f"ours: the first evaluation began about {min(began):.1f} s after the side did, "
+                          f"the last ended at {max(row['ended_at_s'] for row in side['rows'] if row['ended_at_s']):.1f} s")
     side["rows"] = list(side["rows"])
     side["pairs_asked"] = len(pairs)
     return side

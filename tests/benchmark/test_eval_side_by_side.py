@@ -52,6 +52,10 @@ def test_our_side_runs_on_the_cpu_and_writes_its_json(tmp_path):
     ours = json.loads((work / "ours.json").read_text())
     assert [row["outcome"] for row in ours["rows"]] == ["correct"]
     assert ours["rows"][0]["build_s"] >= 0 and ours["rows"][0]["outside_build_s"] > 0
+    # When it began and ended within the side's wall: what the batch spends outside evaluations.
+    row = ours["rows"][0]
+    assert 0 < row["began_at_s"] < row["ended_at_s"] <= ours["wall_s"] + 0.5
+    assert "the first evaluation began about" in run.stdout
     summary = json.loads((tmp_path / "s.json").read_text())["summary"]
     assert summary[0]["side"] == "ours" and summary[0]["pairs"] == 1 and summary[0]["wall_vs_kernelbench"] is None
     assert "side by side" in run.stdout
