@@ -67,6 +67,7 @@ class Worker:
         self.memory_cap_bytes = memory_cap_gb * 1024**3
         self.peak_rss_bytes = 0
         self.cpu_s: float | None = None  # the process tree's CPU seconds, once read (cpu_seconds)
+        self._asked_to_exit = False  # ("exit",) sent (ask_to_exit)
         # Seconds spent waiting on each kind of request (its name) or unrequested message (the
         # label given to receive), summed: where an evaluation's time went (Result.profile).
         self.seconds: dict[str, float] = {}
@@ -193,13 +194,20 @@ class Worker:
             total += times.user + times.system + times.children_user + times.children_system
         return total
 
-    def close(self) -> None:
+    def ask_to_exit(self) -> None:
+        """Ask the process to end, without waiting for it (close() waits): an evaluation asks
+        both of its workers first, so their exits (a CUDA context's teardown each) overlap."""
         self.cpu_seconds()  # before the process ends and its times with it
-        if self.process.is_alive():
+        if self.process.is_alive() and not self._asked_to_exit:
+            self._asked_to_exit = True
             try:
                 self.conn.send(("exit",))
             except (BrokenPipeError, OSError):
                 pass
+
+    def close(self) -> None:
+        self.ask_to_exit()
+        if self.process.is_alive():
             self.process.join(timeout=5)
         self.kill()
         self.conn.close()

@@ -81,7 +81,7 @@ class Evaluation:
 
     def run(self) -> Result:
         result = self.result
-        cpu_started = time.process_time()
+        cpu_started, started = time.process_time(), time.perf_counter()
         static = scan_candidate(self.candidate)
         candidate_worker = reference_worker = None
         try:
@@ -92,6 +92,9 @@ class Evaluation:
                 # Beside the candidate, not before it, and not waited for (fast_build.start_pch).
                 start_pch(self.candidate, self.config.cache_dir, self.device)
             candidate_worker = self._spawn_candidate()
+            # Until the first phase: the static scan and both workers' starts (#21's time
+            # outside the phases, with parent.close and parent.tampering).
+            result.profile["parent.start"] = time.perf_counter() - started
             self._phase("sandbox", lambda: self._note_sandbox(candidate_worker.receive(self.config.build_timeout_s,
                                                                                         label="start")))
             reference = self._phase("reference", lambda: reference_worker.receive(
@@ -138,16 +141,20 @@ class Evaluation:
                 result.env.setdefault("workers", {})[side] = (
                     f"{worker.start_method}: {worker.start_error}" if worker.start_error else worker.start_method)
             result.profile["cpu.parent"] = time.process_time() - cpu_started
-            result.profile = {label: round(seconds, 4) for label, seconds in result.profile.items()}
-            if candidate_worker is not None:
-                result.log = candidate_worker.log_tail()
-                candidate_worker.close()
-            if reference_worker is not None:
-                reference_worker.close()
-            if self.sandbox is not None:
-                self.sandbox.close()
+            with self._profiled("parent.close"):
+                if candidate_worker is not None:
+                    result.log = candidate_worker.log_tail()
+                workers = [worker for worker in (candidate_worker, reference_worker) if worker is not None]
+                for worker in workers:
+                    worker.ask_to_exit()
+                for worker in workers:
+                    worker.close()
+                if self.sandbox is not None:
+                    self.sandbox.close()
             result.env.setdefault("sandbox", {"enabled": self.config.sandbox, "errors": ["the worker ended before entering it"]})
-            self._check_tampering()
+            with self._profiled("parent.tampering"):
+                self._check_tampering()
+            result.profile = {label: round(seconds, 4) for label, seconds in result.profile.items()}
         result.passed = result.status == "passed"
         self._speedups()
         result.reward = milestone_reward(result, self.config.reward)

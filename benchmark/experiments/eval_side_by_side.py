@@ -85,6 +85,9 @@ def run_kernelbench_side(pairs: list[Pair], checkout: Path, release: str, worker
                   f"{Path(row['candidate']).stem} {row['outcome']} in {row['seconds']:.1f} s", flush=True)
 
 
+OUTSIDE_PHASES = ("parent.start", "parent.close", "parent.tampering")
+
+
 def _watch_arrivals(side: dict, stop: threading.Event) -> None:
     """When each of our results arrived (seconds since the side began), by line of the results
     file: with each evaluation's own seconds, when it began, so what the batch spends outside
@@ -116,6 +119,8 @@ def our_rows(results_path: Path, arrivals: list[float] = ()) -> list[dict]:
                      # evaluation, what the batch spends outside them (pytest, test workers, zygotes)
                      "evaluation_cpu_s": sum(result.profile.get(f"cpu.{part}", 0.0) for part in CPU_PARTS),
                      **{f"cpu_{part}_s": result.profile.get(f"cpu.{part}") for part in CPU_COLUMNS},
+                     # the evaluating process's own time outside the phases (Result.profile)
+                     **{f"{label.replace('.', '_')}_s": result.profile.get(label) for label in OUTSIDE_PHASES},
                      # when it ended, and so began, in seconds since the side began
                      "ended_at_s": arrivals[index] if index < len(arrivals) else None,
                      "began_at_s": (round(arrivals[index] - sum(phases.values()), 1) if index < len(arrivals)
@@ -189,6 +194,9 @@ def run_side(name: str, pairs: list[Pair], args, console: Console) -> dict:
             # (a row's start is its end less its phases: the fork of its workers comes before)
             console.print(f"ours: the first evaluation began about {min(began):.1f} s after the side did, "
                           f"the last ended at {max(row['ended_at_s'] for row in side['rows'] if row['ended_at_s']):.1f} s")
+            outside = {label: _median(side["rows"], f"{label.replace('.', '_')}_s") for label in OUTSIDE_PHASES}
+            console.print("ours: median seconds outside the phases: "
+                          + ", ".join(f"{label} {value:.2f}" for label, value in outside.items() if value is not None))
     side["rows"] = list(side["rows"])
     side["pairs_asked"] = len(pairs)
     return side

@@ -56,6 +56,8 @@ def test_our_side_runs_on_the_cpu_and_writes_its_json(tmp_path):
     row = ours["rows"][0]
     assert 0 < row["began_at_s"] < row["ended_at_s"] <= ours["wall_s"] + 0.5
     assert "the first evaluation began about" in run.stdout
+    assert row["parent_start_s"] > 0 and row["parent_close_s"] > 0 and row["parent_tampering_s"] >= 0
+    assert "median seconds outside the phases: parent.start" in run.stdout
     summary = json.loads((tmp_path / "s.json").read_text())["summary"]
     assert summary[0]["side"] == "ours" and summary[0]["pairs"] == 1 and summary[0]["wall_vs_kernelbench"] is None
     assert "side by side" in run.stdout

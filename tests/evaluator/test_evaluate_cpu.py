@@ -47,6 +47,9 @@ def test_honest_cpp_candidate_passes_with_timing_and_eager_baseline():
     assert all(result.profile[f"cpu.{side}"] > 0 for side in ("candidate", "reference", "parent"))
     # The correctness phase is its five forward round trips and their comparisons, little else.
     assert result.profile["candidate.forward"] <= result.phase_seconds["correctness"]
+    # The evaluating process's own time outside the phases: until the first, closing, tampering.
+    assert result.profile["parent.start"] > 0 and result.profile["parent.close"] > 0
+    assert result.profile["parent.tampering"] >= 0
     assert Result.from_json(result.to_json()).profile == result.profile
 
 
@@ -164,3 +167,17 @@ def test_the_candidates_cpu_seconds_count_its_builds_compilers(tmp_path):
     assert result.profile["cpu.candidate"] >= max(3.0, 0.25 * built), result.profile
     # the worker's own count until built: its build thread and the compilers ninja reaped
     assert max(3.0, 0.25 * built) <= result.profile["cpu.candidate_build"] <= result.profile["cpu.candidate"], result.profile
+
+
+def test_both_workers_are_asked_to_exit_before_either_is_waited_for(monkeypatch):
+    """Their exits (a CUDA context's teardown each on a GPU) overlap instead of queueing."""
+    from pytest_cudaagent.channel import Worker
+
+    calls = []
+    ask, close = Worker.ask_to_exit, Worker.close
+    monkeypatch.setattr(Worker, "ask_to_exit", lambda self: (calls.append(("ask", id(self))), ask(self))[1])
+    monkeypatch.setattr(Worker, "close", lambda self: (calls.append(("close", id(self))), close(self))[1])
+    result = evaluate(SMALL_LEAKY, CPU_CANDIDATES / "leaky_relu.py", cpu_config(timing=False))
+    assert result.status == "passed", result.summary()
+    assert [kind for kind, _ in calls[:2]] == ["ask", "ask"] and calls[0][1] != calls[1][1]
+    assert {kind for kind, _ in calls[2:]} <= {"ask", "close"} and sum(kind == "close" for kind, _ in calls) == 2
