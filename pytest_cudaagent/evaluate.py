@@ -82,16 +82,19 @@ class Evaluation:
     def run(self) -> Result:
         result = self.result
         cpu_started, started = time.process_time(), time.perf_counter()
-        static = scan_candidate(self.candidate)
+        with self._profiled("parent.scan"):
+            static = scan_candidate(self.candidate)
         candidate_worker = reference_worker = None
         try:
-            reference_worker = self._spawn_reference()
+            with self._profiled("parent.spawn_reference"):
+                reference_worker = self._spawn_reference()
             # The reference computes while the candidate starts and builds.
             reference_worker.send(("prepare", self._set_count()))
             if self.config.fast_build:
                 # Beside the candidate, not before it, and not waited for (fast_build.start_pch).
                 start_pch(self.candidate, self.config.cache_dir, self.device)
-            candidate_worker = self._spawn_candidate()
+            with self._profiled("parent.spawn_candidate"):
+                candidate_worker = self._spawn_candidate()
             # Until the first phase: the static scan and both workers' starts (#21's time
             # outside the phases, with parent.close and parent.tampering).
             result.profile["parent.start"] = time.perf_counter() - started
@@ -231,7 +234,9 @@ class Evaluation:
         readable = [(self.candidate.path if self.candidate.workspace else self.candidate.model_file).resolve()]
         if self.config.fast_build:  # the shared precompiled headers: read-only to the candidate
             readable.append(pch_dir(self.config.cache_dir).resolve())
-        self.sandbox = Sandbox.create(self.extensions_dir, readable, self.config.sandbox_limits, self.config.memory_cap_gb)
+        with self._profiled("parent.sandbox"):
+            self.sandbox = Sandbox.create(self.extensions_dir, readable, self.config.sandbox_limits,
+                                          self.config.memory_cap_gb)
         spec["sandbox"] = self.sandbox.spec(self.config.sandbox, self.config.require_sandbox)
         env = {"TORCH_EXTENSIONS_DIR": str(self.sandbox.build_dir), **self.sandbox.env()}
         if self.device == "cpu":

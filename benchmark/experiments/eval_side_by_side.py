@@ -85,7 +85,8 @@ def run_kernelbench_side(pairs: list[Pair], checkout: Path, release: str, worker
                   f"{Path(row['candidate']).stem} {row['outcome']} in {row['seconds']:.1f} s", flush=True)
 
 
-OUTSIDE_PHASES = ("parent.start", "parent.close", "parent.tampering")
+OUTSIDE_PHASES = ("parent.start", "parent.scan", "parent.spawn_reference", "parent.spawn_candidate", "parent.sandbox",
+                  "parent.close", "parent.tampering")
 
 
 def _watch_arrivals(side: dict, stop: threading.Event) -> None:
@@ -121,6 +122,7 @@ def our_rows(results_path: Path, arrivals: list[float] = ()) -> list[dict]:
                      **{f"cpu_{part}_s": result.profile.get(f"cpu.{part}") for part in CPU_COLUMNS},
                      # the evaluating process's own time outside the phases (Result.profile)
                      **{f"{label.replace('.', '_')}_s": result.profile.get(label) for label in OUTSIDE_PHASES},
+                     "started_by": ",".join(f"{side}={how}" for side, how in sorted(result.env.get("workers", {}).items())),
                      # when it ended, and so began, in seconds since the side began
                      "ended_at_s": arrivals[index] if index < len(arrivals) else None,
                      "began_at_s": (round(arrivals[index] - sum(phases.values()), 1) if index < len(arrivals)
