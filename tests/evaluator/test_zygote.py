@@ -93,6 +93,17 @@ def test_the_zygote_of_an_earlier_environment_ends_once_idle(worker_of, monkeypa
     assert not psutil.pid_exists(first_zygote) or psutil.Process(first_zygote).status() == psutil.STATUS_ZOMBIE
 
 
+def test_each_test_of_a_session_forks_from_the_same_zygote(worker_of, monkeypatch):
+    """pytest sets PYTEST_CURRENT_TEST for every test: no new zygote (and its torch imports, 8-12 s
+    on a busy GPU machine) for each evaluation the plugin runs; any other change still gets one."""
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/a.py::test_one (call)")
+    first = worker_of(report_and_stay).receive(120)["parent"]
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/a.py::test_two (call)")
+    assert worker_of(report_and_stay).receive(120)["parent"] == first
+    monkeypatch.setenv("CUDAAGENT_TEST_MARK", "an environment an import could read")
+    assert worker_of(report_and_stay).receive(120)["parent"] != first
+
+
 def test_a_zygote_forgets_the_children_that_ended(worker_of):
     """One zygote may fork thousands of workers in a trainer's run: those that ended are dropped."""
     for _ in range(3):
