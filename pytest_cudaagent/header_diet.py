@@ -56,7 +56,18 @@ NEUTRAL_WORDS = {"defined", "__has_include", "__has_include_next", "__has_builti
                  "__has_cpp_attribute", "true", "false"}
 
 
+# Families of macros the left-out headers define (`g++ -dM -E` of torch/extension.h less
+# torch/types.h: Python's pyconfig and API, pybind11, ATen/Config.h's build switches, the C++
+# frontend's helpers, inttypes and stat names): a source that tests one is compiled as written even
+# if it defines it itself, since `#ifndef X / #define X` would keep the header's X in one build
+# and the source's in the other.
+LEFT_OUT_MACRO = re.compile(r"^(HAVE_|Py|PY|SIZEOF_|ALIGNOF_|S_I|PRI|SCN|AT_|CO_|FUTURE_|METH_|WITH_|STATX_"
+                            r"|PYBIND11_|THP|TORCH_(?!VERSION))")
+
+
 def _neutral(word: str, own_macros: set[str]) -> bool:
+    if LEFT_OUT_MACRO.match(word):
+        return False
     return (word in NEUTRAL_WORDS or word in own_macros or word.startswith("__")
             or word.startswith("TORCH_VERSION"))
 

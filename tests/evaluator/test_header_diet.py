@@ -94,6 +94,9 @@ REFUSED = [
     ("#include <torch/extension.h>\n#if HAVE_UNISTD_H\nint v = 1;\n#endif\n", "HAVE_UNISTD_H"),
     ("#include <torch/extension.h>\n#if defined(Py_LIMITED_API) || X\nint v;\n#endif\n", "Py_LIMITED_API"),
     ("#define CHECK(x) x\n#include <torch/extension.h>\n", "defines CHECK before"),
+    # Its own, but one the left-out headers define too (ATen/Config.h): kept in one build only.
+    ("#include <torch/extension.h>\n#ifndef AT_MKL_ENABLED\n#define AT_MKL_ENABLED() 0\n#endif\n", "AT_MKL_ENABLED"),
+    ("#include <torch/extension.h>\n#ifndef HAVE_UNISTD_H\n#define HAVE_UNISTD_H 1\n#endif\n", "HAVE_UNISTD_H"),
 ]
 
 
