@@ -56,6 +56,10 @@ NEUTRAL_WORDS = {"defined", "__has_include", "__has_include_next", "__has_builti
                  "__has_cpp_attribute", "true", "false"}
 
 
+# What the compiler and the command line define, the same for both builds: __CUDA_ARCH__,
+# __GNUC__, __x86_64__, __cplusplus, the language's __cpp_* (not the library's __cpp_lib_*, nor
+# headers' own __BSD_VISIBLE and the like, which the left-out headers' includes can define).
+COMPILER_MACRO = re.compile(r"^(__\w+__|__cplusplus|__cpp_(?!lib_)\w+)$")
 # Families of macros the left-out headers define (`g++ -dM -E` of torch/extension.h less
 # torch/types.h: Python's pyconfig and API, pybind11, ATen/Config.h's build switches, the C++
 # frontend's helpers, inttypes and stat names): a source that tests one is compiled as written even
@@ -68,7 +72,7 @@ LEFT_OUT_MACRO = re.compile(r"^(HAVE_|Py|PY|SIZEOF_|ALIGNOF_|S_I|PRI|SCN|AT_|CO_
 def _neutral(word: str, own_macros: set[str]) -> bool:
     if LEFT_OUT_MACRO.match(word):
         return False
-    return (word in NEUTRAL_WORDS or word in own_macros or word.startswith("__")
+    return (word in NEUTRAL_WORDS or word in own_macros or COMPILER_MACRO.match(word) is not None
             or word.startswith("TORCH_VERSION"))
 
 

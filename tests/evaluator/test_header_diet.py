@@ -97,6 +97,8 @@ REFUSED = [
     # Its own, but one the left-out headers define too (ATen/Config.h): kept in one build only.
     ("#include <torch/extension.h>\n#ifndef AT_MKL_ENABLED\n#define AT_MKL_ENABLED() 0\n#endif\n", "AT_MKL_ENABLED"),
     ("#include <torch/extension.h>\n#ifndef HAVE_UNISTD_H\n#define HAVE_UNISTD_H 1\n#endif\n", "HAVE_UNISTD_H"),
+    # A library feature macro: set by whichever standard header was included, so by the left-out ones.
+    ("#include <torch/extension.h>\n#ifdef __cpp_lib_filesystem\nint fs;\n#endif\n", "__cpp_lib_filesystem"),
 ]
 
 
