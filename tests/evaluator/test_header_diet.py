@@ -245,17 +245,6 @@ def test_split_off_still_diets_through_nvccs_own_sequence(tmp_path, monkeypatch)
     assert run["log"]["path"] == "nvcc" and "split off" in run["log"]["reason"]
 
 
-@pytest.fixture
-def nvcc_environment():
-    names = ("PYTORCH_NVCC", split_nvcc.REAL_NVCC_ENV, split_nvcc.SPLIT_ENV, header_diet.ENV)
-    saved = {name: os.environ.pop(name, None) for name in names}
-    yield
-    for name, value in saved.items():
-        os.environ.pop(name, None)
-        if value is not None:
-            os.environ[name] = value
-
-
 @needs_nvcc
 @pytest.mark.parametrize(("split", "diet", "wrapped", "split_env", "diet_env"),
                          [(False, False, False, None, None), (True, False, True, "1", "0"),

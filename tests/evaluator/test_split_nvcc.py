@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudaagent import fast_build, header_diet, split_nvcc
+from pytest_cudaagent import fast_build, split_nvcc
 
 NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
@@ -36,20 +36,6 @@ def split_even_when_busy(monkeypatch):
     """The tests compare the split path with nvcc's: they must not take nvcc's path because the
     test machine happens to be busy (the tests of that choice set the variable themselves)."""
     monkeypatch.setenv(split_nvcc.SPLIT_WHEN_BUSY_ENV, "1")
-
-
-@pytest.fixture
-def nvcc_environment():
-    """PYTORCH_NVCC and the real nvcc's variable unset for the test and as they were after it
-    (monkeypatch.delenv of an unset variable records nothing, so a value install() set would
-    have outlived the test)."""
-    names = ("PYTORCH_NVCC", split_nvcc.REAL_NVCC_ENV, split_nvcc.SPLIT_ENV, header_diet.ENV)
-    saved = {name: os.environ.pop(name, None) for name in names}
-    yield
-    for name, value in saved.items():
-        os.environ.pop(name, None)
-        if value is not None:
-            os.environ[name] = value
 
 
 def normalised(path: Path) -> bytes | None:
