@@ -23,12 +23,17 @@ Measured on the H100 machine, 72 candidates evaluated 14 at a time: the split bu
 (median) where KernelBench's whole evaluations, building with nvcc, took 94 s (README, "Side by
 side"); with this rule, 106 s. CUDAAGENT_SPLIT_WHEN_BUSY=1 splits anyway.
 
+With CUDAAGENT_HEADER_DIET=1 (EvalConfig.header_diet) it first compiles the source's copy on
+torch/types.h (header_diet.py), the whole of the above in a process of its own, and only if that
+fails the source as written.
+
 Stdlib only and run as a file (`python split_nvcc.py ARGS`), so no package (and no torch) is
 imported before the compiler starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -368,7 +373,8 @@ def dieted_compile(argv: list[str], log: dict) -> int | None:
         log.update(json.loads(lines[-1]) if lines else {})
         log["diet"] = "used"
         return 0
-    os.unlink(copy)
+    with contextlib.suppress(OSError):
+        os.unlink(copy)
     log["diet"] = f"the copy on torch/types.h failed (exit {completed.returncode}): compiled as written"
     log["diet_wall_s"] = round(time.perf_counter() - started, 3)
     return None
@@ -377,10 +383,16 @@ def dieted_compile(argv: list[str], log: dict) -> int | None:
 def main(argv: list[str]) -> int:
     started = time.perf_counter()
     log: dict = {"path": "split", "output": next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-o"), None)}
-    if os.environ.get(header_diet.ENV) == "1" and dieted_compile(argv, log) == 0:
-        log["wall_s"] = round(time.perf_counter() - started, 3)
-        write_log(log)
-        return 0
+    if os.environ.get(header_diet.ENV) == "1":
+        try:
+            dieted = dieted_compile(argv, log)
+        except Exception as error:  # never worse than torch's build: the source as written decides
+            log["diet"] = f"{type(error).__name__}: {error}"
+            dieted = None
+        if dieted == 0:
+            log["wall_s"] = round(time.perf_counter() - started, 3)
+            write_log(log)
+            return 0
     nvcc = real_nvcc()
     try:
         status = run_split(nvcc, argv, log)

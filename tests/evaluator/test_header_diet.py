@@ -293,3 +293,24 @@ def test_a_published_style_source_on_torchs_own_headers_builds_from_the_copy(tmp
     assert json.loads(log.read_text())["diet"] == "used"
     symbols = subprocess.run(["nm", "-C", str(tmp_path / "cuda.o")], capture_output=True, text=True).stdout
     assert re.search(r" T forward\(at::Tensor, double\)", symbols), symbols[:2000]
+
+
+@needs_nvcc
+def test_a_failure_of_the_diet_itself_leaves_the_build_to_the_source_as_written(tmp_path, monkeypatch):
+    """Never worse than torch's build: an error of the diet's own (here: its copy cannot be
+    planned) is logged and the source compiles as written."""
+    (tmp_path / "kernel.cu").write_text(USES_TYPES_ONLY)
+    stand_in_headers(tmp_path)
+    log = tmp_path / "nvcc.jsonl"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(split_nvcc.LOG_ENV, str(log))
+    monkeypatch.setenv(header_diet.ENV, "1")
+
+    def broken(argv):
+        raise RuntimeError("the diet broke")
+
+    monkeypatch.setattr(header_diet, "dieted_arguments", broken)
+    assert split_nvcc.main(["-I", "include", "-c", "kernel.cu", "-o", "kernel.o"]) == 0
+    entry = json.loads(log.read_text())
+    assert entry["diet"] == "RuntimeError: the diet broke" and entry["returncode"] == 0
+    assert (tmp_path / "kernel.o").exists()
