@@ -110,8 +110,8 @@ def dieted(text: str, original_path: str) -> str:
 
 def dieted_arguments(argv: list[str]) -> tuple[list[str], str] | str:
     """(nvcc's arguments compiling the dieted copy, the copy's path), or why not. The copy goes
-    beside the object (the build directory, writable wherever the build is), with the source's
-    own directory searched for its quoted includes."""
+    beside the object, as `<object>.diet.cu` (the build directory, writable wherever the build
+    is), with the source's own directory searched for its quoted includes."""
     if argv.count("-c") != 1 or "-o" not in argv[:-1]:
         return "not one -c compile with -o"
     source_index = argv.index("-c") + 1
@@ -128,8 +128,9 @@ def dieted_arguments(argv: list[str]) -> tuple[list[str], str] | str:
         return reason
     output = argv[argv.index("-o") + 1]
     source_dir = os.path.dirname(os.path.abspath(source))
-    copy = os.path.join(os.path.dirname(os.path.abspath(output)),
-                        os.path.splitext(os.path.basename(source))[0] + ".diet.cu")
+    # Named after the object, which is this compile's own (two sources of one stem in one
+    # build would share a name derived from the source).
+    copy = os.path.abspath(output) + ".diet.cu"
     try:
         with open(copy, "w", encoding="utf-8") as file:
             file.write(dieted(text, os.path.abspath(source)))

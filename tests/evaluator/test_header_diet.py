@@ -136,11 +136,20 @@ def test_arguments_point_nvcc_at_the_copy_beside_the_object(tmp_path):
             "-o", str(tmp_path / "out" / "k.o"), "-std=c++17"]
     (tmp_path / "out").mkdir()
     arguments, copy = header_diet.dieted_arguments(argv)
-    assert copy == str(tmp_path / "out" / "kernel.diet.cu") and Path(copy).exists()
+    assert copy == str(tmp_path / "out" / "k.o.diet.cu") and Path(copy).exists()
     assert arguments == [*argv[:4], "-Xcompiler", "-iquote", "-Xcompiler", str(source.parent), "-c", copy, *argv[6:]]
     # Beside its source (load_inline's case: one build folder), no extra search path.
     arguments, copy = header_diet.dieted_arguments(["-c", str(source), "-o", str(source.parent / "k.o")])
     assert arguments == ["-c", copy, "-o", str(source.parent / "k.o")]
+
+
+def test_two_sources_of_one_stem_in_one_build_get_two_copies(tmp_path):
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "k.cu").write_text(PUBLISHED_STYLES["elementwise"].replace("relu", f"relu_{folder}"))
+    copies = [header_diet.dieted_arguments(["-c", str(tmp_path / folder / "k.cu"), "-o", str(tmp_path / f"{folder}.o")])[1]
+              for folder in ("a", "b")]
+    assert copies[0] != copies[1] and "relu_a" in Path(copies[0]).read_text() and "relu_b" in Path(copies[1]).read_text()
 
 
 @pytest.mark.parametrize("argv", [["-c", "k.cpp", "-o", "k.o"], ["-E", "k.cu"], ["-c", "missing.cu", "-o", "k.o"]])
@@ -193,7 +202,7 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
 def test_a_source_that_needs_only_tensors_compiles_the_copy_and_still_names_itself(tmp_path):
     run = wrapper(tmp_path, USES_TYPES_ONLY, diet=True)
     assert run["returncode"] == 0 and run["log"]["diet"] == "used" and run["log"]["path"] == "split"
-    assert (tmp_path / "kernel.diet.cu").exists()
+    assert (tmp_path / "kernel-True.o.diet.cu").exists()
     # Diagnostics and __FILE__ name the source as written (line 4 there), never the copy.
     assert f"{tmp_path / 'kernel.cu'}(4)" in run["stderr"] or f"{tmp_path / 'kernel.cu'}:4" in run["stderr"]
     assert "diet" not in run["stderr"]
@@ -208,7 +217,7 @@ def test_a_source_that_needs_the_full_header_fails_the_copy_quietly_and_builds_a
     run = wrapper(tmp_path, source, diet=True)
     assert run["returncode"] == 0 and run["object"] is not None
     assert run["log"]["diet"].startswith("the copy on torch/types.h failed") and run["log"]["path"] == "split"
-    assert "OnlyInTheFullHeader" not in run["stderr"] and not (tmp_path / "kernel.diet.cu").exists()
+    assert "OnlyInTheFullHeader" not in run["stderr"] and not list(tmp_path.glob("*.diet.cu"))
 
 
 @needs_nvcc
@@ -234,7 +243,7 @@ def test_quoted_includes_are_found_beside_the_source_when_the_object_goes_elsewh
         env={**os.environ, split_nvcc.LOG_ENV: str(tmp_path / "log.jsonl"), header_diet.ENV: "1"})
     assert completed.returncode == 0, completed.stderr
     assert json.loads((tmp_path / "log.jsonl").read_text())["diet"] == "used"
-    assert (tmp_path / "out" / "kernel.diet.cu").exists()
+    assert (tmp_path / "out" / "k.o.diet.cu").exists()
 
 
 @needs_nvcc
