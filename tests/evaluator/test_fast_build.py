@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from pytest_cudaagent import evaluate, fast_build
-from pytest_cudaagent.config import default_cache_dir
+from pytest_cudaagent.config import PCH_BUILD_TIMEOUT_S, default_cache_dir
 from pytest_cudaagent.fast_build import (
     BUILD_LOG,
     PCH_HEADER,
@@ -102,6 +102,12 @@ def test_candidates_share_one_pch_and_keep_their_own_flags(tmp_path):
     variant = requested_variants(check_candidate(implicit), "cpu")[0]
     first = evaluate(PROBLEMS / "row_sum.py", implicit, cpu_config(cache_dir=cache_dir, fast_build=True))
     assert first.status == "passed", first.error
+    # No evaluation waits for the PCH (fast_build.start_pch): this test does, for this process's
+    # builder and for one of another test process that shares the cache.
+    builder = fast_build._pch_builders.get(pch_dir(cache_dir))
+    if builder is not None:
+        builder.join(PCH_BUILD_TIMEOUT_S)
+    ensure_pch(pch_dir(cache_dir), variant)
     builds = build_log_lines(cache_dir, variant.key())
     assert builds >= 1 and ready_pch(pch_dir(cache_dir), variant) is not None
     # A second candidate with its own -D flag: same header, not rebuilt, and its macro works.
