@@ -386,8 +386,8 @@ def split_nvcc_command() -> str:
 def install(pch_root: Path | None, split: bool = True, diet: bool = False) -> None:
     """Route every torch extension build in this process through the build lock and, unless
     `pch_root` is None (EvalConfig.fast_build off), the shared PCH; with `split`
-    (EvalConfig.split_nvcc) or `diet` (EvalConfig.header_diet) nvcc runs as split_nvcc.py. load and load_inline both build through
-    cpp_extension._jit_compile. No arch flags: with TORCH_CUDA_ARCH_LIST unset torch already
+    (EvalConfig.split_nvcc) or `diet` (EvalConfig.header_diet) nvcc runs as split_nvcc.py. load
+    and load_inline both build through cpp_extension._jit_compile. No arch flags: with TORCH_CUDA_ARCH_LIST unset torch already
     builds for the visible GPU only, and dropping its PTX copy saved nothing measurable (README,
     "Builds")."""
     from torch.utils import cpp_extension

@@ -37,15 +37,17 @@ LIGHT_INCLUDE = "#include <torch/types.h>"
 # Only macros, and what a source may test in an #if (TORCH_VERSION_MAJOR, ...): included first.
 VERSION_INCLUDE = "#include <torch/version.h>"
 # The APIs torch/extension.h has and torch/types.h has not. A source naming one is compiled as
-# written without trying the copy first (the copy would fail: a wasted compile).
+# written without trying the copy first (the copy would fail: a wasted compile). The namespaces
+# are also looked for unqualified under `using namespace torch`; the rest only after `torch::`
+# (`cuda::` alone is also libcu++'s, the functions' names are common words).
+LEFT_OUT_NAMESPACES = ("nn", "optim", "data", "jit", "serialize", "autograd", "fft", "linalg", "special", "nested",
+                       "python", "enumtype")
+LEFT_OUT_QUALIFIED_ONLY = ("cuda", "sparse", "mps", "xpu", "nativert", "save", "load", "equal_if_defined")
 LEFT_OUT_API = re.compile(
     r"\b(py|pybind11)::|\bPYBIND11_|\bPy_\w+|\bPy([A-Z][A-Za-z]*_\w+|[A-Za-z]*Object)\b|\bTHP\w+"
-    r"|\btorch::(nn|optim|data|jit|serialize|autograd|cuda|fft|linalg|special|nested|sparse|python"
-    r"|mps|xpu|nativert|enumtype|save|load|equal_if_defined)\b")
-# With `using namespace torch` the same namespaces can be named without `torch::`.
+    rf"|\btorch::({'|'.join(LEFT_OUT_NAMESPACES + LEFT_OUT_QUALIFIED_ONLY)})\b")
 USING_TORCH = re.compile(r"\busing\s+namespace\s+torch\s*;")
-UNQUALIFIED_LEFT_OUT = re.compile(
-    r"(?<![\w:])(nn|optim|data|jit|serialize|autograd|fft|linalg|special|nested|python|enumtype)::")
+UNQUALIFIED_LEFT_OUT = re.compile(rf"(?<![\w:])({'|'.join(LEFT_OUT_NAMESPACES)})::")
 RAW_STRING = re.compile(r'(?<![\w])(u8|u|U|L)?R"')
 CONDITIONAL = re.compile(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|elifdef|elifndef)\b(.*)$", re.M)
 DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.M)

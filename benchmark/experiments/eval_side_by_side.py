@@ -45,6 +45,7 @@ from benchmark.experiments.kernelbench_differential import (
     run_kernelbench,
 )
 from benchmark.experiments.published_styles import write_pairs
+from benchmark.progress import ResultsTail
 from pytest_cudaagent.pairing import Pair
 from pytest_cudaagent.results_file import read_results
 
@@ -89,17 +90,22 @@ OUTSIDE_PHASES = ("parent.start", "parent.scan", "parent.spawn_reference", "pare
                   "parent.close", "parent.tampering")
 
 
+def _profile_column(label: str) -> str:
+    """A row's column for a Result.profile label: parent.start -> parent_start_s."""
+    return f"{label.replace('.', '_')}_s"
+
+
 def _watch_arrivals(side: dict, stop: threading.Event) -> None:
-    """When each of our results arrived (seconds since the side began), by line of the results
-    file: with each evaluation's own seconds, when it began, so what the batch spends outside
+    """When each of our results arrived (seconds since the side began), in the results file's
+    order: with each evaluation's own seconds, when it began, so what the batch spends outside
     evaluations (pytest's start, its workers', waits between them) shows."""
     arrivals = side.setdefault("arrivals", [])
+    tail = None
     while not stop.wait(0.5):
-        path = side.get("results")
-        if path and Path(path).exists():
-            with open(path, "rb") as file:
-                lines = file.read().count(b"\n")
-            arrivals.extend([round(time.perf_counter() - side["began"], 1)] * (lines - len(arrivals)))
+        if tail is None and side.get("results"):
+            tail = ResultsTail(Path(side["results"]), 0)  # only what is new, at each look
+        if tail is not None:
+            arrivals.extend([round(time.perf_counter() - side["began"], 1)] * len(tail.poll()))
 
 
 def our_rows(results_path: Path, arrivals: list[float] = ()) -> list[dict]:
@@ -121,7 +127,7 @@ def our_rows(results_path: Path, arrivals: list[float] = ()) -> list[dict]:
                      "evaluation_cpu_s": sum(result.profile.get(f"cpu.{part}", 0.0) for part in CPU_PARTS),
                      **{f"cpu_{part}_s": result.profile.get(f"cpu.{part}") for part in CPU_COLUMNS},
                      # the evaluating process's own time outside the phases (Result.profile)
-                     **{f"{label.replace('.', '_')}_s": result.profile.get(label) for label in OUTSIDE_PHASES},
+                     **{_profile_column(label): result.profile.get(label) for label in OUTSIDE_PHASES},
                      "started_by": ",".join(f"{side}={how}" for side, how in sorted(result.env.get("workers", {}).items())),
                      # when it ended, and so began, in seconds since the side began
                      "ended_at_s": arrivals[index] if index < len(arrivals) else None,
@@ -196,7 +202,7 @@ def run_side(name: str, pairs: list[Pair], args, console: Console) -> dict:
             # (a row's start is its end less its phases: the fork of its workers comes before)
             console.print(f"ours: the first evaluation began about {min(began):.1f} s after the side did, "
                           f"the last ended at {max(row['ended_at_s'] for row in side['rows'] if row['ended_at_s']):.1f} s")
-            outside = {label: _median(side["rows"], f"{label.replace('.', '_')}_s") for label in OUTSIDE_PHASES}
+            outside = {label: _median(side["rows"], _profile_column(label)) for label in OUTSIDE_PHASES}
             console.print("ours: median seconds outside the phases: "
                           + ", ".join(f"{label} {value:.2f}" for label, value in outside.items() if value is not None))
     side["rows"] = list(side["rows"])
