@@ -207,6 +207,10 @@ class EvalConfig:
     # is not tried and why the result means the same): nvcc then parses about a third of the
     # headers. False: every source as written.
     header_diet: bool = True
+    # Before that copy, one on ATen's Tensor, the dispatch macros and the operators the source
+    # names (header_diet.py's lean copy: about half of torch/types.h's compile). False: only the
+    # copy on torch/types.h.
+    header_diet_lean: bool = True
     run_timeout_s: float = 300.0
     memory_cap_gb: float = 32.0  # host RSS of one child; the parent kills it beyond this
     policy: str = "strict"  # anti-hacking policy preset: "strict" (the paper) or "permissive"

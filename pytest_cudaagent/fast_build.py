@@ -361,10 +361,11 @@ def build_lock(build_directory: str | Path):
         yield
 
 
-def install_nvcc_wrapper(split: bool, diet: bool) -> bool:
+def install_nvcc_wrapper(split: bool, diet: bool, lean: bool = True) -> bool:
     """Make split_nvcc.py the `nvcc` of every ninja file torch writes in this process (torch
     reads PYTORCH_NVCC when it writes one): with `split` nvcc's front ends run side by side, with
-    `diet` a source's full torch include is first tried as torch/types.h (header_diet.py). A
+    `diet` a source's torch include is first tried as the lean headers (`lean`), then as
+    torch/types.h (header_diet.py). A
     user's own PYTORCH_NVCC (ccache, say) is kept, and with it neither."""
     from torch.utils import cpp_extension
 
@@ -373,6 +374,7 @@ def install_nvcc_wrapper(split: bool, diet: bool) -> bool:
     os.environ[split_nvcc.REAL_NVCC_ENV] = os.path.join(cpp_extension.CUDA_HOME, "bin", "nvcc")
     os.environ[split_nvcc.SPLIT_ENV] = "1" if split else "0"
     os.environ[header_diet.ENV] = "1" if diet else "0"
+    os.environ[header_diet.LEAN_ENV] = "1" if lean else "0"
     os.environ["PYTORCH_NVCC"] = split_nvcc_command()
     return True
 
@@ -383,7 +385,7 @@ def split_nvcc_command() -> str:
     return shlex.join([sys.executable, str(Path(split_nvcc.__file__).resolve())])
 
 
-def install(pch_root: Path | None, split: bool = True, diet: bool = False) -> None:
+def install(pch_root: Path | None, split: bool = True, diet: bool = False, lean: bool = True) -> None:
     """Route every torch extension build in this process through the build lock and, unless
     `pch_root` is None (EvalConfig.fast_build off), the shared PCH; with `split`
     (EvalConfig.split_nvcc) or `diet` (EvalConfig.header_diet) nvcc runs as split_nvcc.py. load
@@ -392,7 +394,7 @@ def install(pch_root: Path | None, split: bool = True, diet: bool = False) -> No
     "Builds")."""
     from torch.utils import cpp_extension
 
-    install_nvcc_wrapper(split, diet)
+    install_nvcc_wrapper(split, diet, lean)
 
     original = cpp_extension._jit_compile
     signature = inspect.signature(original)

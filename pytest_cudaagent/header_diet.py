@@ -32,6 +32,8 @@ import re
 
 # Set to "1" in the environment of the nvcc wrapper (split_nvcc.py) to compile dieted copies.
 ENV = "CUDAAGENT_HEADER_DIET"
+# "0" there: no lean copy (EvalConfig.header_diet_lean off), only the one on torch/types.h.
+LEAN_ENV = "CUDAAGENT_HEADER_DIET_LEAN"
 FULL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(extension|torch|all)\.h[>"][ \t]*(//.*)?$', re.M)
 LIGHT_INCLUDE = "#include <torch/types.h>"
 # Only macros, and what a source may test in an #if (TORCH_VERSION_MAJOR, ...): included first.
@@ -78,11 +80,13 @@ def _neutral(word: str, own_macros: set[str]) -> bool:
             or word.startswith("TORCH_VERSION"))
 
 
-def why_not(text: str) -> str | None:
-    """Why this CUDA source is compiled as written, not as a copy on torch/types.h; None: diet it."""
-    first_include = FULL_INCLUDE.search(text)
+def why_not(text: str, include: re.Pattern = FULL_INCLUDE) -> str | None:
+    """Why this CUDA source is compiled as written, not as a copy on torch/types.h; None: diet it.
+    `include`: the lines the copy replaces (the lean copy also replaces torch/types.h)."""
+    first_include = include.search(text)
     if first_include is None:
-        return "no torch/extension.h, torch/torch.h or torch/all.h include"
+        return ("no torch/extension.h, torch/torch.h or torch/all.h include" if include is FULL_INCLUDE
+                else "no torch include (torch/extension.h, torch.h, all.h, types.h)")
     if RAW_STRING.search(text):
         return "a raw string literal (an include line could be text)"
     left_out = LEFT_OUT_API.search(text)
@@ -106,14 +110,130 @@ def why_not(text: str) -> str | None:
 def dieted(text: str, original_path: str) -> str:
     """The copy: torch's version macros, then the source as written (line for line, named as the
     original by #line) with its full torch includes reading torch/types.h."""
+    return _named_copy(original_path) + FULL_INCLUDE.sub(LIGHT_INCLUDE, text)
+
+
+def _named_copy(original_path: str) -> str:
     quoted = original_path.replace("\\", "\\\\").replace('"', '\\"')
-    return f'{VERSION_INCLUDE}\n#line 1 "{quoted}"\n' + FULL_INCLUDE.sub(LIGHT_INCLUDE, text)
+    return f'{VERSION_INCLUDE}\n#line 1 "{quoted}"\n'
 
 
-def dieted_arguments(argv: list[str]) -> tuple[list[str], str] | str:
-    """(nvcc's arguments compiling the dieted copy, the copy's path), or why not. The copy goes
-    beside the object, as `<object>.diet.cu` (the build directory, writable wherever the build
-    is), with the source's own directory searched for its quoted includes."""
+# -- the lean copy: ATen's Tensor, the dispatch macros and the operators the source names -------
+#
+# torch/types.h is ATen/ATen.h (every operator's declaration, ~2,400 headers) and autograd's
+# factories; a kernel's host code needs the Tensor class, TORCH_CHECK, the AT_DISPATCH macros and
+# the few operators it calls. `nvcc -time` on a small kernel (2-core box, -O3, sm_90): 17.0 s on
+# torch/types.h, 9.1 s on ATen/core/Tensor.h + ATen/Dispatch.h + ATen/ops/empty_like.h (README,
+# "Builds"). What is included is a subset of what torch/types.h includes, so a name the source
+# needs and the copy lacks fails to compile (and the next copy, or the source, is compiled); the
+# rules below keep what could change silently out: every qualified name must be a type or
+# constant the lean headers declare, or an operator whose header (all its overloads) is
+# included; a name the source mentions that is an operator gets its header whether qualified or
+# not (overloads found by argument-dependent lookup are then all there); no using-directive of
+# torch, at or c10 (unqualified lookup would search what was left out); nothing autograd's
+# factories treat differently from ATen's (`requires_grad`), no TORCH_LIBRARY registration.
+ANY_TORCH_INCLUDE = re.compile(
+    r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(extension|torch|all|types)\.h[>"][ \t]*(//.*)?$', re.M)
+LEAN_HEADERS = ("ATen/core/Tensor.h", "ATen/Dispatch.h")
+# torch::X reads at::X in the copy, as it does under torch/types.h for every name torch does not
+# declare itself; the names it does declare (autograd's factories: torch::empty, ...) call at::X
+# and only differ in requires_grad, which refuses the copy.
+LEAN_TORCH_NAMESPACE = "namespace torch { using namespace at; }"
+# torch/types.h's own dtype names (torch::kFloat32 is at::kFloat): declared in the copy the way
+# torch/types.h declares them, for those the source names.
+TORCH_DTYPE_ALIASES = {
+    "kUInt8": "kByte", "kInt8": "kChar", "kInt16": "kShort", "kInt32": "kInt", "kInt64": "kLong",
+    "kFloat16": "kHalf", "kFloat32": "kFloat", "kFloat64": "kDouble", "kU8": "kByte", "kI8": "kChar",
+    "kI16": "kShort", "kI32": "kInt", "kI64": "kLong", "kF16": "kHalf", "kF32": "kFloat", "kF64": "kDouble",
+}
+LEAN_REFUSED = re.compile(r"requires_grad|\bTORCH_LIBRARY\w*|\bVariable\b|\bset_grad_enabled\b"
+                          r"|\busing\s+namespace\s+(torch|at|c10)\b")
+QUALIFIED = re.compile(r"(?<![\w:])(torch|at|c10)::([A-Za-z_]\w*)")
+# Types and constants of ATen/core/Tensor.h's own includes (c10's, which at:: and torch:: see).
+LEAN_NAMES = frozenset({
+    "Tensor", "TensorBase", "TensorOptions", "ScalarType", "Scalar", "IntArrayRef", "ArrayRef",
+    "OptionalIntArrayRef", "SymInt", "SymIntArrayRef", "Device", "DeviceType", "Layout", "MemoryFormat",
+    "Half", "BFloat16", "Float8_e4m3fn", "Float8_e5m2", "complex", "optional", "nullopt", "irange",
+    "TensorAccessor", "PackedTensorAccessor32", "PackedTensorAccessor64", "GenericPackedTensorAccessor",
+    "RestrictPtrTraits", "DefaultPtrTraits", "kFloat", "kDouble", "kHalf", "kBFloat16", "kInt", "kLong",
+    "kShort", "kChar", "kByte", "kBool", "kComplexFloat", "kComplexDouble", "kFloat8_e4m3fn",
+    "kFloat8_e5m2", "kCUDA", "kCPU", "kStrided", "kContiguous", "elementSize", "toString", "typeMetaToScalarType",
+    "cuda",  # at::cuda, c10::cuda: the source's own CUDA includes declare them, in either copy
+})
+OPS_NAME = re.compile(r"^(\w+?)(_outf|_out)?$")
+
+
+def ops_names(include_dirs: list[str]) -> frozenset[str]:
+    """The operators of the first include directory with ATen's per-operator headers
+    (`ATen/ops/<name>.h`, each beside its `<name>_ops.h`)."""
+    for directory in include_dirs:
+        ops = os.path.join(directory, "ATen", "ops")
+        if os.path.isdir(ops):
+            files = set(os.listdir(ops))
+            return frozenset(name[:-2] for name in files if name.endswith(".h") and f"{name[:-2]}_ops.h" in files)
+    return frozenset()
+
+
+def _operator(name: str, ops: frozenset[str]) -> str | None:
+    """The operator header `name` is declared in (add_out is add's), if any."""
+    if name in ops:
+        return name
+    match = OPS_NAME.match(name)
+    return match.group(1) if match and match.group(1) in ops else None
+
+
+def lean_why_not(text: str, ops: frozenset[str]) -> str | None:
+    """Why no lean copy of this source is tried (None: try it first)."""
+    if not ops:
+        return "no ATen/ops headers on the include path"
+    reason = why_not(text, ANY_TORCH_INCLUDE)
+    if reason:
+        return reason
+    refused = LEAN_REFUSED.search(text)
+    if refused:
+        return f"names {refused.group(0)!r}"
+    for namespace, name in QUALIFIED.findall(text):
+        if namespace == "torch" and name in TORCH_DTYPE_ALIASES:
+            continue
+        if name not in LEAN_NAMES and _operator(name, ops) is None:
+            return f"names {namespace}::{name}, which the lean headers do not declare"
+    return None
+
+
+def leaned(text: str, original_path: str, ops: frozenset[str]) -> str:
+    """The lean copy: each torch include line becomes the lean headers and the operators the
+    source names, then a #line that puts the next line back at its own number."""
+    named = sorted({header for word in set(IDENTIFIER.findall(text)) if (header := _operator(word, ops))})
+    includes = [*LEAN_HEADERS, *(f"ATen/ops/{name}.h" for name in named)]
+    aliases = sorted({name for namespace, name in QUALIFIED.findall(text)
+                      if namespace == "torch" and name in TORCH_DTYPE_ALIASES})
+    torch_namespace = LEAN_TORCH_NAMESPACE.replace(
+        " }", "".join(f" constexpr auto {name} = at::{TORCH_DTYPE_ALIASES[name]};" for name in aliases) + " }")
+    quoted = original_path.replace("\\", "\\\\").replace('"', '\\"')
+
+    def block(match: re.Match) -> str:
+        line = text.count("\n", 0, match.start()) + 1
+        lines = [f"#include <{header}>" for header in includes]
+        return "\n".join([*lines, torch_namespace, f'#line {line + 1} "{quoted}"'])
+
+    return _named_copy(original_path) + ANY_TORCH_INCLUDE.sub(block, text)
+
+
+def _include_dirs(argv: list[str]) -> list[str]:
+    found = []
+    for index, argument in enumerate(argv):
+        if argument in ("-I", "-isystem") and index + 1 < len(argv):
+            found.append(argv[index + 1])
+        elif argument.startswith("-I") and len(argument) > 2:
+            found.append(argument[2:])
+    return found
+
+
+def dieted_arguments(argv: list[str], lean: bool = True) -> list[tuple[str, list[str], str]] | str:
+    """The copies to try in order, each as (level, nvcc's arguments compiling it, its path): the
+    lean copy (`lean`), then the copy on torch/types.h; or why none. Each copy goes beside the
+    object, as `<object>.<level>.cu` (the build directory, writable wherever the build is), with
+    the source's own directory searched for its quoted includes."""
     if argv.count("-c") != 1 or "-o" not in argv[:-1]:
         return "not one -c compile with -o"
     source_index = argv.index("-c") + 1
@@ -125,23 +245,39 @@ def dieted_arguments(argv: list[str]) -> tuple[list[str], str] | str:
             text = file.read()
     except (OSError, UnicodeDecodeError) as error:
         return f"unreadable source: {error}"
+    original = os.path.abspath(source)
+    copies, reasons = [], []
+    if lean:
+        ops = ops_names(_include_dirs(argv))
+        reason = lean_why_not(text, ops)
+        if reason:
+            reasons.append(f"lean: {reason}")
+        else:
+            copies.append(("lean", leaned(text, original, ops)))
     reason = why_not(text)
     if reason:
-        return reason
+        reasons.append(reason)
+    else:
+        copies.append(("diet", dieted(text, original)))
+    if not copies:
+        return "; ".join(reasons)
     output = argv[argv.index("-o") + 1]
-    source_dir = os.path.dirname(os.path.abspath(source))
-    # Named after the object, which is this compile's own (two sources of one stem in one
-    # build would share a name derived from the source).
-    copy = os.path.abspath(output) + ".diet.cu"
-    try:
-        with open(copy, "w", encoding="utf-8") as file:
-            file.write(dieted(text, os.path.abspath(source)))
-    except OSError as error:
-        return f"cannot write the copy: {error}"
-    arguments = list(argv)
-    arguments[source_index] = copy
-    if os.path.dirname(copy) != source_dir:
-        # The source's folder first for its quoted includes, as for the source itself (nvcc
-        # passes -Xcompiler options to both of its preprocessing runs).
-        arguments[source_index - 1:source_index - 1] = ["-Xcompiler", "-iquote", "-Xcompiler", source_dir]
-    return arguments, copy
+    source_dir = os.path.dirname(original)
+    attempts = []
+    for level, content in copies:
+        # Named after the object, which is this compile's own (two sources of one stem in one
+        # build would share a name derived from the source).
+        copy = f"{os.path.abspath(output)}.{level}.cu"
+        try:
+            with open(copy, "w", encoding="utf-8") as file:
+                file.write(content)
+        except OSError as error:
+            return f"cannot write the copy: {error}"
+        arguments = list(argv)
+        arguments[source_index] = copy
+        if os.path.dirname(copy) != source_dir:
+            # The source's folder first for its quoted includes, as for the source itself (nvcc
+            # passes -Xcompiler options to both of its preprocessing runs).
+            arguments[source_index - 1:source_index - 1] = ["-Xcompiler", "-iquote", "-Xcompiler", source_dir]
+        attempts.append((level, arguments, copy))
+    return attempts

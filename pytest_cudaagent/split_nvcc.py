@@ -23,9 +23,10 @@ Measured on the H100 machine, 72 candidates evaluated 14 at a time: the split bu
 (median) where KernelBench's whole evaluations, building with nvcc, took 94 s (README, "Side by
 side"); with this rule, 106 s. CUDAAGENT_SPLIT_WHEN_BUSY=1 splits anyway.
 
-With CUDAAGENT_HEADER_DIET=1 (EvalConfig.header_diet) it first compiles the source's copy on
-torch/types.h (header_diet.py), the whole of the above in a process of its own, and only if that
-fails the source as written.
+With CUDAAGENT_HEADER_DIET=1 (EvalConfig.header_diet) it first compiles copies of the source on
+fewer torch headers (header_diet.py: the lean copy on ATen's Tensor and the operators it names,
+unless CUDAAGENT_HEADER_DIET_LEAN=0, then the copy on torch/types.h), each the whole of the above
+in a process of its own, and only if they fail the source as written.
 
 Stdlib only and run as a file (`python split_nvcc.py ARGS`), so no package (and no torch) is
 imported before the compiler starts.
@@ -347,36 +348,43 @@ def write_log(log: dict) -> None:
 
 
 def dieted_compile(argv: list[str], log: dict) -> int | None:
-    """0 when the source's copy on torch/types.h compiled (header_diet.py): its output printed,
-    its own log line merged into `log`. None, the reason in `log`, to compile the source as
-    written; nothing of a failed copy's compile is shown (the source's own compile speaks)."""
-    arguments = header_diet.dieted_arguments(argv)
-    if isinstance(arguments, str):
-        log["diet"] = arguments
+    """0 when a copy of the source on fewer torch headers compiled (header_diet.py: the lean copy,
+    then the one on torch/types.h): its output printed, its own log line merged into `log`. None,
+    the reasons in `log`, to compile the source as written; nothing of a failed copy's compile is
+    shown (the next copy's, or the source's own compile, speaks)."""
+    attempts = header_diet.dieted_arguments(argv, lean=os.environ.get(header_diet.LEAN_ENV, "1") != "0")
+    if isinstance(attempts, str):
+        log["diet"] = attempts
         return None
-    dieted_argv, copy = arguments
-    started = time.perf_counter()
-    descriptor, inner_log = tempfile.mkstemp(prefix="cudaagent-nvcc-", suffix=".jsonl")
-    os.close(descriptor)
-    try:
-        completed = subprocess.run([sys.executable, os.path.abspath(__file__), *dieted_argv], capture_output=True,
-                                   env={**os.environ, header_diet.ENV: "0", LOG_ENV: inner_log})
-        with open(inner_log) as file:
-            lines = file.read().splitlines()
-    finally:
-        os.unlink(inner_log)
-    if completed.returncode == 0:
-        for stream, data in ((sys.stdout, completed.stdout), (sys.stderr, completed.stderr)):
-            stream.flush()
-            stream.buffer.write(data)
-            stream.flush()
-        log.update(json.loads(lines[-1]) if lines else {})
-        log["diet"] = "used"
-        return 0
-    with contextlib.suppress(OSError):
-        os.unlink(copy)
-    log["diet"] = f"the copy on torch/types.h failed (exit {completed.returncode}): compiled as written"
-    log["diet_wall_s"] = round(time.perf_counter() - started, 3)
+    failed = []
+    for level, dieted_argv, copy in attempts:
+        started = time.perf_counter()
+        descriptor, inner_log = tempfile.mkstemp(prefix="cudaagent-nvcc-", suffix=".jsonl")
+        os.close(descriptor)
+        try:
+            completed = subprocess.run([sys.executable, os.path.abspath(__file__), *dieted_argv], capture_output=True,
+                                       env={**os.environ, header_diet.ENV: "0", LOG_ENV: inner_log})
+            with open(inner_log) as file:
+                lines = file.read().splitlines()
+        finally:
+            os.unlink(inner_log)
+        if completed.returncode == 0:
+            for stream, data in ((sys.stdout, completed.stdout), (sys.stderr, completed.stderr)):
+                stream.flush()
+                stream.buffer.write(data)
+                stream.flush()
+            log.update(json.loads(lines[-1]) if lines else {})
+            log["diet"], log["diet_level"] = "used", level
+            if failed:
+                log["diet_failed"] = failed
+            return 0
+        with contextlib.suppress(OSError):
+            os.unlink(copy)
+        failed.append({"level": level, "exit": completed.returncode,
+                       "wall_s": round(time.perf_counter() - started, 3)})
+    log["diet"] = "every copy failed: compiled as written"
+    log["diet_failed"] = failed
+    log["diet_wall_s"] = round(sum(attempt["wall_s"] for attempt in failed), 3)
     return None
 
 

@@ -300,7 +300,7 @@ def serve_candidate(conn, spec: dict) -> None:
     try:
         started, started_cpu = time.perf_counter(), _cpu_seconds_with_children()
         install_fast_build(spec["pch_dir"] and Path(spec["pch_dir"]), split=config.split_nvcc,
-                           diet=config.header_diet)
+                           diet=config.header_diet, lean=config.header_diet_lean)
         if candidate.workspace:
             build_workspace_extension(candidate, device, Path(spec["extensions_dir"]) / "workspace")
         module = import_file(candidate.model_file, "cudaagent_candidate")

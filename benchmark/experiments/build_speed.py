@@ -108,8 +108,11 @@ CUDA_MODES = {  # what each mode of the GPU table turns on
     "plain": {"split_nvcc": False, "fast_build": False, "header_diet": False},  # torch's load_inline as it is
     "split": {"split_nvcc": True, "fast_build": False, "header_diet": False},  # nvcc's front ends side by side
     "split+pch": {"split_nvcc": True, "fast_build": True, "header_diet": False},  # and the shared PCH for the C++
-    "diet": {"split_nvcc": False, "fast_build": False, "header_diet": True},  # the .cu on torch/types.h
-    "all": {"split_nvcc": True, "fast_build": True, "header_diet": True},  # what `cudaagent bench` uses
+    # the .cu on torch/types.h
+    "diet": {"split_nvcc": False, "fast_build": False, "header_diet": True, "header_diet_lean": False},
+    # the .cu on the lean headers first (ATen's Tensor, the dispatch macros, the operators it names)
+    "lean": {"split_nvcc": False, "fast_build": False, "header_diet": True, "header_diet_lean": True},
+    "all": {"split_nvcc": True, "fast_build": True, "header_diet": True, "header_diet_lean": True},  # `cudaagent bench`'s
 }
 
 

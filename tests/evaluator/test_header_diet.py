@@ -1,6 +1,7 @@
-"""header_diet.py: a CUDA source's full torch include compiled as torch/types.h first, as written
-when that fails or could change what the source means; through the nvcc wrapper with real nvcc
-runs on tiny stand-in headers (no GPU needed), and once on torch's own headers."""
+"""header_diet.py: a CUDA source's torch include compiled as the lean headers (ATen's Tensor, the
+dispatch macros, the operators it names), then as torch/types.h, as written when both fail or
+could change what the source means; through the nvcc wrapper with real nvcc runs on tiny stand-in
+headers (no GPU needed), and on torch's own headers."""
 
 import json
 import os
@@ -113,6 +114,90 @@ def test_a_source_the_copy_could_fail_or_change_is_compiled_as_written(source, n
     assert reason is not None and named in reason, reason
 
 
+# --- the lean copy ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def torch_ops() -> frozenset:
+    from torch.utils import cpp_extension
+
+    return header_diet.ops_names(cpp_extension.include_paths())
+
+
+def test_torchs_operators_are_read_from_its_per_operator_headers(torch_ops):
+    assert {"empty_like", "zeros_like", "matmul", "add", "empty"} <= torch_ops and len(torch_ops) > 1000
+    assert "empty_like_ops" not in torch_ops and "Tensor" not in torch_ops
+    assert header_diet._operator("add_out", torch_ops) == "add" and header_diet._operator("add_outf", torch_ops) == "add"
+    assert header_diet.ops_names(["/nonexistent"]) == frozenset()
+
+
+@pytest.mark.parametrize("style", ["elementwise", "dispatch, stream, checks"])
+def test_published_styles_get_the_lean_copy_with_the_operators_they_name(style, torch_ops):
+    source = PUBLISHED_STYLES[style]
+    assert header_diet.lean_why_not(source, torch_ops) is None
+    copy = header_diet.leaned(source, "/b/cuda.cu", torch_ops)
+    assert "#include <ATen/core/Tensor.h>" in copy and "#include <ATen/Dispatch.h>" in copy
+    assert "torch/extension.h" not in copy and "torch/types.h" not in copy
+    named = {"elementwise": ["zeros_like"], "dispatch, stream, checks": ["empty", "matmul"]}[style]
+    assert all(f"#include <ATen/ops/{name}.h>" in copy for name in named)
+
+
+def test_a_source_on_torch_types_h_gets_the_lean_copy_but_not_the_types_h_one(torch_ops):
+    source = "#include <torch/types.h>\nat::Tensor f(at::Tensor x) { return at::sum(x, 0); }\n"
+    assert header_diet.lean_why_not(source, torch_ops) is None and header_diet.why_not(source) is not None
+    assert "#include <ATen/ops/sum.h>" in header_diet.leaned(source, "/k.cu", torch_ops)
+
+
+def test_operators_named_unqualified_get_their_headers_too(torch_ops):
+    """Argument-dependent lookup finds at::relu from relu(x): its header (all its overloads) is in."""
+    source = "#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { return relu(x); }\n"
+    assert "#include <ATen/ops/relu.h>" in header_diet.leaned(source, "/k.cu", torch_ops)
+
+
+def test_torchs_own_dtype_names_are_declared_as_torch_types_h_declares_them(torch_ops):
+    source = "#include <torch/extension.h>\nauto f(torch::Tensor x) { return x.to(torch::kFloat32); }\n"
+    assert header_diet.lean_why_not(source, torch_ops) is None
+    copy = header_diet.leaned(source, "/k.cu", torch_ops)
+    assert "namespace torch { using namespace at; constexpr auto kFloat32 = at::kFloat; }" in copy
+    types_h = Path(next(p for p in __import__("torch.utils.cpp_extension").utils.cpp_extension.include_paths()
+                        if p.endswith("api/include"))) / "torch" / "types.h"
+    assert "constexpr auto kFloat32 = at::kFloat;" in types_h.read_text()
+
+
+@pytest.mark.parametrize("include_line", [1, 3])
+def test_the_lean_copy_puts_the_line_after_the_include_back_at_its_number(include_line, torch_ops):
+    lines = ["// x"] * (include_line - 1) + ["#include <torch/extension.h>", "int after = 1;"]
+    copy = header_diet.leaned("\n".join(lines) + "\n", '/d "q"/cuda.cu', torch_ops).splitlines()
+    assert copy[:2] == ["#include <torch/version.h>", '#line 1 "/d \\"q\\"/cuda.cu"']
+    assert copy[-2:] == [f'#line {include_line + 1} "/d \\"q\\"/cuda.cu"', "int after = 1;"]
+
+
+LEAN_REFUSED = [
+    ("#include <torch/extension.h>\nauto f(torch::Tensor x) { return x.set_requires_grad(true); }\n",
+     "requires_grad"),
+    ("#include <torch/extension.h>\nauto f(torch::Tensor x) { return torch::empty({1}, "
+     "torch::TensorOptions().requires_grad(true)); }\n", "requires_grad"),
+    ("#include <torch/extension.h>\nusing namespace at;\nTensor f(Tensor x) { return x; }\n", "using namespace at"),
+    ("#include <torch/types.h>\nusing namespace c10;\n", "using namespace c10"),
+    ("#include <torch/extension.h>\nauto f(torch::Tensor x) { return at::native::relu(x); }\n", "at::native"),
+    ("#include <torch/extension.h>\nauto f() { return torch::tensor({1, 2}); }\n", "torch::tensor"),
+    ("#include <torch/extension.h>\nTORCH_LIBRARY(my_ops, m) { m.def(\"f\", f); }\n", "TORCH_LIBRARY"),
+    ("#include <torch/extension.h>\ntorch::autograd::Variable f();\n", "torch::autograd"),
+    ("#include <torch/types.h>\nconst char* s = R\"(x)\";\n", "raw string"),
+    ("#include <torch/types.h>\n#ifdef AT_CUDNN_ENABLED\nint v;\n#endif\n", "AT_CUDNN_ENABLED"),
+    ("#include <cuda_runtime.h>\n__global__ void k() {}\n", "no torch include"),
+]
+
+
+@pytest.mark.parametrize(("source", "named"), LEAN_REFUSED)
+def test_a_source_the_lean_copy_could_change_gets_none(source, named, torch_ops):
+    reason = header_diet.lean_why_not(source, torch_ops)
+    assert reason is not None and named in reason, reason
+
+
+def test_no_lean_copy_without_atens_operator_headers_on_the_include_path():
+    assert "no ATen/ops" in header_diet.lean_why_not(PUBLISHED_STYLES["elementwise"], frozenset())
+
+
 @pytest.mark.parametrize("include", ['#include <torch/extension.h>', '#include "torch/extension.h"',
                                      '  #  include <torch/torch.h>', '#include <torch/all.h>  // all of it'])
 def test_the_copy_keeps_every_line_where_it_was_and_names_the_original(include):
@@ -135,11 +220,11 @@ def test_arguments_point_nvcc_at_the_copy_beside_the_object(tmp_path):
     argv = ["--generate-dependencies-with-compile", "--dependency-output", "out/k.o.d", "-O3", "-c", str(source),
             "-o", str(tmp_path / "out" / "k.o"), "-std=c++17"]
     (tmp_path / "out").mkdir()
-    arguments, copy = header_diet.dieted_arguments(argv)
-    assert copy == str(tmp_path / "out" / "k.o.diet.cu") and Path(copy).exists()
+    [(level, arguments, copy)] = header_diet.dieted_arguments(argv)  # no ATen/ops on the path: no lean copy
+    assert level == "diet" and copy == str(tmp_path / "out" / "k.o.diet.cu") and Path(copy).exists()
     assert arguments == [*argv[:4], "-Xcompiler", "-iquote", "-Xcompiler", str(source.parent), "-c", copy, *argv[6:]]
     # Beside its source (load_inline's case: one build folder), no extra search path.
-    arguments, copy = header_diet.dieted_arguments(["-c", str(source), "-o", str(source.parent / "k.o")])
+    [(_, arguments, copy)] = header_diet.dieted_arguments(["-c", str(source), "-o", str(source.parent / "k.o")])
     assert arguments == ["-c", copy, "-o", str(source.parent / "k.o")]
 
 
@@ -147,7 +232,7 @@ def test_two_sources_of_one_stem_in_one_build_get_two_copies(tmp_path):
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "k.cu").write_text(PUBLISHED_STYLES["elementwise"].replace("relu", f"relu_{folder}"))
-    copies = [header_diet.dieted_arguments(["-c", str(tmp_path / folder / "k.cu"), "-o", str(tmp_path / f"{folder}.o")])[1]
+    copies = [header_diet.dieted_arguments(["-c", str(tmp_path / folder / "k.cu"), "-o", str(tmp_path / f"{folder}.o")])[0][2]
               for folder in ("a", "b")]
     assert copies[0] != copies[1] and "relu_a" in Path(copies[0]).read_text() and "relu_b" in Path(copies[1]).read_text()
 
@@ -161,7 +246,13 @@ def test_anything_but_one_readable_cu_compile_is_left_alone(argv, tmp_path, monk
 # --- the nvcc wrapper, with real nvcc runs on stand-in torch headers -------------------------
 
 STAND_INS = {
-    "torch/types.h": "#pragma once\nstruct Tensor { int n; };\n",
+    # What the lean copy includes: a subset of torch/types.h, as in torch.
+    "ATen/core/Tensor.h": "#pragma once\nstruct Tensor { int n; };\nnamespace at {}\n",
+    "ATen/Dispatch.h": "#pragma once\n",
+    "ATen/ops/twice.h": "#pragma once\n#include <ATen/ops/twice_ops.h>\ninline int twice(Tensor t) { return 2 * t.n; }\n",
+    "ATen/ops/twice_ops.h": "#pragma once\n",
+    "torch/types.h": "#pragma once\n#include <ATen/core/Tensor.h>\n#include <ATen/Dispatch.h>\n#include <ATen/ops/twice.h>\n"
+                     "struct OnlyInTypes {};\n",
     "torch/version.h": "#pragma once\n#define TORCH_VERSION_MAJOR 2\n",
     "torch/extension.h": "#pragma once\n#include <torch/types.h>\nstruct OnlyInTheFullHeader {};\n",
 }
@@ -180,7 +271,7 @@ def stand_in_headers(root: Path) -> Path:
     return include
 
 
-def wrapper(tmp_path: Path, source: str, diet: bool, name: str = "kernel", extra: tuple = ()) -> dict:
+def wrapper(tmp_path: Path, source: str, diet: bool, name: str = "kernel", extra: tuple = (), lean: bool = True) -> dict:
     """One -c compile through split_nvcc.py: its exit status, output, log line, object."""
     (tmp_path / f"{name}.cu").write_text(source)
     log = tmp_path / f"{name}-{diet}.jsonl"
@@ -190,7 +281,7 @@ def wrapper(tmp_path: Path, source: str, diet: bool, name: str = "kernel", extra
          "-c", str(tmp_path / f"{name}.cu"), "-o", str(output)],
         cwd=tmp_path, capture_output=True, text=True,
         env={**os.environ, split_nvcc.LOG_ENV: str(log), header_diet.ENV: "1" if diet else "0",
-             split_nvcc.SPLIT_WHEN_BUSY_ENV: "1"})
+             header_diet.LEAN_ENV: "1" if lean else "0", split_nvcc.SPLIT_WHEN_BUSY_ENV: "1"})
     return {"returncode": completed.returncode, "stdout": completed.stdout, "stderr": completed.stderr,
             "log": json.loads(log.read_text().splitlines()[-1]), "object": output.read_bytes() if output.exists() else None}
 
@@ -199,16 +290,39 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
 
 
 @needs_nvcc
-def test_a_source_that_needs_only_tensors_compiles_the_copy_and_still_names_itself(tmp_path):
-    run = wrapper(tmp_path, USES_TYPES_ONLY, diet=True)
+@pytest.mark.parametrize("lean", [True, False])
+def test_a_source_that_needs_only_tensors_compiles_the_copy_and_still_names_itself(tmp_path, lean):
+    run = wrapper(tmp_path, USES_TYPES_ONLY, diet=True, lean=lean)
+    level = "lean" if lean else "diet"
     assert run["returncode"] == 0 and run["log"]["diet"] == "used" and run["log"]["path"] == "split"
-    assert (tmp_path / "kernel-True.o.diet.cu").exists()
+    assert run["log"]["diet_level"] == level and "diet_failed" not in run["log"]
+    assert (tmp_path / f"kernel-True.o.{level}.cu").exists()
     # Diagnostics and __FILE__ name the source as written (line 4 there), never the copy.
     assert f"{tmp_path / 'kernel.cu'}(4)" in run["stderr"] or f"{tmp_path / 'kernel.cu'}:4" in run["stderr"]
     assert "diet" not in run["stderr"]
     # (nvcc's own temporary file names, which carry the copy's, aside)
     strings = re.sub(rb"tmpxft_[\w.-]+?\.cudafe1\.cpp", b"", run["object"])
-    assert str(tmp_path / "kernel.cu").encode() in strings and b"diet" not in strings
+    assert str(tmp_path / "kernel.cu").encode() in strings and b"diet" not in strings and b"lean" not in strings
+
+
+@needs_nvcc
+def test_the_lean_copy_keeps_lines_after_the_headers_it_puts_in_the_include_line(tmp_path):
+    """The include on line 3 becomes several lines; a #line puts line 4 back at 4."""
+    source = "// two lines\n// before\n#include <torch/types.h>\nint use(Tensor t) { return twice(t); }\n" \
+             "__global__ void k(float* x) { x[0] = 1.f; }\nint launch(Tensor t) { int unused; k<<<1, 1>>>(nullptr); return t.n; }\n"
+    run = wrapper(tmp_path, source, diet=True)
+    assert run["returncode"] == 0 and run["log"]["diet_level"] == "lean"
+    copy = (tmp_path / "kernel-True.o.lean.cu").read_text()
+    assert "#include <ATen/ops/twice.h>" in copy and "torch/types.h" not in copy
+    assert f"{tmp_path / 'kernel.cu'}(6)" in run["stderr"] or f"{tmp_path / 'kernel.cu'}:6" in run["stderr"]
+
+
+@needs_nvcc
+def test_a_source_that_needs_more_than_the_lean_headers_fails_that_copy_quietly_and_takes_types_h(tmp_path):
+    run = wrapper(tmp_path, USES_TYPES_ONLY + "OnlyInTypes needs_it;\n", diet=True)
+    assert run["returncode"] == 0 and run["log"]["diet"] == "used" and run["log"]["diet_level"] == "diet"
+    assert [attempt["level"] for attempt in run["log"]["diet_failed"]] == ["lean"]
+    assert "OnlyInTypes" not in run["stderr"] and not list(tmp_path.glob("*.lean.cu"))
 
 
 @needs_nvcc
@@ -216,8 +330,10 @@ def test_a_source_that_needs_the_full_header_fails_the_copy_quietly_and_builds_a
     source = USES_TYPES_ONLY + "OnlyInTheFullHeader needs_it;\n"
     run = wrapper(tmp_path, source, diet=True)
     assert run["returncode"] == 0 and run["object"] is not None
-    assert run["log"]["diet"].startswith("the copy on torch/types.h failed") and run["log"]["path"] == "split"
+    assert run["log"]["diet"].startswith("every copy failed") and run["log"]["path"] == "split"
+    assert [attempt["level"] for attempt in run["log"]["diet_failed"]] == ["lean", "diet"]
     assert "OnlyInTheFullHeader" not in run["stderr"] and not list(tmp_path.glob("*.diet.cu"))
+    assert not list(tmp_path.glob("*.lean.cu"))
 
 
 @needs_nvcc
@@ -243,7 +359,7 @@ def test_quoted_includes_are_found_beside_the_source_when_the_object_goes_elsewh
         env={**os.environ, split_nvcc.LOG_ENV: str(tmp_path / "log.jsonl"), header_diet.ENV: "1"})
     assert completed.returncode == 0, completed.stderr
     assert json.loads((tmp_path / "log.jsonl").read_text())["diet"] == "used"
-    assert (tmp_path / "out" / "k.o.diet.cu").exists()
+    assert (tmp_path / "out" / "k.o.lean.cu").exists()
 
 
 @needs_nvcc
@@ -270,14 +386,35 @@ def test_the_evaluation_config_chooses_the_wrapper_and_what_it_does(monkeypatch,
     fast_build.install(None, split=split, diet=diet)
     assert ("split_nvcc.py" in os.environ.get("PYTORCH_NVCC", "")) == wrapped
     assert os.environ.get(split_nvcc.SPLIT_ENV) == split_env and os.environ.get(header_diet.ENV) == diet_env
+    assert os.environ.get(header_diet.LEAN_ENV) == ("1" if wrapped else None)
+
+
+@needs_nvcc
+def test_the_evaluation_config_can_leave_the_lean_copy_out(monkeypatch, nvcc_environment):
+    from torch.utils import cpp_extension
+
+    from pytest_cudaagent.config import EvalConfig
+
+    assert EvalConfig().header_diet_lean and not EvalConfig.from_dict({"header_diet_lean": False}).header_diet_lean
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(Path(NVCC).resolve().parents[1]))
+    monkeypatch.setattr(cpp_extension, "_jit_compile", cpp_extension._jit_compile)
+    fast_build.install(None, split=True, diet=True, lean=False)
+    assert os.environ.get(header_diet.ENV) == "1" and os.environ.get(header_diet.LEAN_ENV) == "0"
 
 
 @needs_nvcc
 @pytest.mark.slow
-def test_a_published_style_source_on_torchs_own_headers_builds_from_the_copy(tmp_path):
+@pytest.mark.parametrize(("extra", "level"), [
+    ("", "lean"),
+    # Tensor operators are ATen/TensorOperators.h's, which the lean copy leaves out: it fails
+    # to compile, and the copy on torch/types.h builds.
+    ("torch::Tensor add_them(torch::Tensor a, torch::Tensor b) { return a + b * 2; }\n", "diet"),
+])
+def test_a_published_style_source_on_torchs_own_headers_builds_from_the_copy(tmp_path, extra, level):
     """The real thing: torch's headers and flags (as its ninja file passes them), a source with
-    AT_DISPATCH, the current stream, guards and std::vector results: the copy builds, and the
-    object defines the function the binding calls."""
+    AT_DISPATCH, the current stream, guards and std::vector results: the lean copy builds (one
+    with a tensor operator, the copy on torch/types.h), and the object defines the function the
+    binding calls."""
     import sysconfig
 
     from torch.utils import cpp_extension
@@ -286,7 +423,7 @@ def test_a_published_style_source_on_torchs_own_headers_builds_from_the_copy(tmp
     # The CPU machine's CUDA has no cuSPARSE headers, which ATen/cuda/CUDAContext.h includes.
     source.write_text(PUBLISHED_STYLES["dispatch, stream, checks"]
                       .replace("#include <ATen/cuda/CUDAContext.h>", "#include <c10/cuda/CUDAStream.h>")
-                      .replace("at::cuda::getCurrentCUDAStream", "c10::cuda::getCurrentCUDAStream"))
+                      .replace("at::cuda::getCurrentCUDAStream", "c10::cuda::getCurrentCUDAStream") + extra)
     includes = [flag for path in cpp_extension.include_paths() for flag in ("-I", path)]
     from benchmark.experiments.build_speed import stub_headers
 
@@ -299,9 +436,13 @@ def test_a_published_style_source_on_torchs_own_headers_builds_from_the_copy(tmp
         cwd=tmp_path, capture_output=True, text=True, timeout=900,
         env={**os.environ, split_nvcc.LOG_ENV: str(log), header_diet.ENV: "1"})
     assert completed.returncode == 0, completed.stderr[-3000:]
-    assert json.loads(log.read_text())["diet"] == "used"
+    entry = json.loads(log.read_text())
+    assert entry["diet"] == "used" and entry["diet_level"] == level, entry
+    assert [attempt["level"] for attempt in entry.get("diet_failed", [])] == (["lean"] if level == "diet" else [])
     symbols = subprocess.run(["nm", "-C", str(tmp_path / "cuda.o")], capture_output=True, text=True).stdout
     assert re.search(r" T forward\(at::Tensor, double\)", symbols), symbols[:2000]
+    if extra:
+        assert re.search(r" T add_them\(at::Tensor, at::Tensor\)", symbols), symbols[:2000]
 
 
 @needs_nvcc
@@ -315,7 +456,7 @@ def test_a_failure_of_the_diet_itself_leaves_the_build_to_the_source_as_written(
     monkeypatch.setenv(split_nvcc.LOG_ENV, str(log))
     monkeypatch.setenv(header_diet.ENV, "1")
 
-    def broken(argv):
+    def broken(argv, lean=True):
         raise RuntimeError("the diet broke")
 
     monkeypatch.setattr(header_diet, "dieted_arguments", broken)
