@@ -20,6 +20,7 @@ from . import outside_kill
 from .backend_settings import BackendSettings, diff
 from .baseline_cache import BaselineCache
 from .baseline_spread import steadiest, unstable_warning
+from .build_errors import build_error_text
 from .channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
 from .compare import as_output_list, compare_outputs, same_values, scaled
 from .config import EvalConfig
@@ -205,7 +206,7 @@ class Evaluation:
 
     def _fail(self, status: str, error: str):
         self.result.status = status
-        self.result.error = error.strip().splitlines()[-1] if status != "build_error" else error.strip()[:2000]
+        self.result.error = error.strip().splitlines()[-1] if status != "build_error" else build_error_text(error)
         raise _Stop
 
     def _set_count(self) -> int:

@@ -375,6 +375,11 @@ def dieted_compile(argv: list[str], log: dict) -> int | None:
                 stream.flush()
             log.update(json.loads(lines[-1]) if lines else {})
             log["diet"], log["diet_level"] = "used", level
+            _name_the_source_in_the_depfile(argv, copy)
+            for _, _, unused in attempts:
+                if unused != copy:
+                    with contextlib.suppress(OSError):
+                        os.unlink(unused)
             if failed:
                 log["diet_failed"] = failed
             return 0
@@ -386,6 +391,25 @@ def dieted_compile(argv: list[str], log: dict) -> int | None:
     log["diet_failed"] = failed
     log["diet_wall_s"] = round(sum(attempt["wall_s"] for attempt in failed), 3)
     return None
+
+
+def _name_the_source_in_the_depfile(argv: list[str], copy: str) -> None:
+    """The depfile asked for (-MF F) lists what the copy was compiled from: the source as
+    written stands in the copy's place, so ninja's dependencies are the build's own files (a
+    build folder moved without the copy, or the copy removed, would otherwise look out of date
+    and rebuild)."""
+    depfile = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in DEPENDENCY_OUTPUT), None)
+    if depfile is None:
+        return
+    source = argv[argv.index("-c") + 1]
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        with open(depfile, encoding="utf-8") as file:
+            text = file.read()
+        # Make writes paths with spaces escaped by a backslash.
+        renamed = text.replace(copy.replace(" ", "\\ "), os.path.abspath(source).replace(" ", "\\ "))
+        if renamed != text:
+            with open(depfile, "w", encoding="utf-8") as file:
+                file.write(renamed)
 
 
 def main(argv: list[str]) -> int:

@@ -464,3 +464,16 @@ def test_a_failure_of_the_diet_itself_leaves_the_build_to_the_source_as_written(
     entry = json.loads(log.read_text())
     assert entry["diet"] == "RuntimeError: the diet broke" and entry["returncode"] == 0
     assert (tmp_path / "kernel.o").exists()
+
+
+@needs_nvcc
+@pytest.mark.parametrize("split", ["1", "0"])
+def test_the_depfile_names_the_source_as_written_and_the_unused_copy_is_removed(tmp_path, monkeypatch, split):
+    """ninja's dependencies are the build's own files, not the copy compiled in their place."""
+    monkeypatch.setenv(split_nvcc.SPLIT_ENV, split)
+    run = wrapper(tmp_path, "#include <torch/extension.h>\nint use(Tensor t) { return twice(t); }\n", diet=True,
+                  extra=("-MD", "-MF", str(tmp_path / "kernel.d")))
+    assert run["returncode"] == 0 and run["log"]["diet_level"] == "lean"
+    depfile = (tmp_path / "kernel.d").read_text()
+    assert str(tmp_path / "kernel.cu") in depfile and ".lean.cu" not in depfile
+    assert (tmp_path / "kernel-True.o.lean.cu").exists() and not list(tmp_path.glob("*.diet.cu"))
