@@ -62,15 +62,18 @@ class PchVariant:
 
     compiler: str
     cflags: tuple[str, ...]
+    headers: tuple[str, ...] = ("torch/extension.h",)  # what the PCH includes, in order (HEADER_SETS)
 
     def key(self) -> str:
         import torch
 
         identity = [self.compiler, _compiler_stamp(self.compiler), torch.__version__, torch.__file__, *self.cflags]
+        if self.headers != EXTENSION_HEADERS:  # the keys of PCHs built before header sets stay valid
+            identity += ["headers", *self.headers]
         return hashlib.sha256("\0".join(identity).encode()).hexdigest()[:20]
 
 
-def pch_variant(extra_cflags, with_cuda: bool) -> PchVariant | None:
+def pch_variant(extra_cflags, with_cuda: bool, headers: tuple[str, ...] | None = None) -> PchVariant | None:
     """The variant torch's build of a C++ source with these extra flags would need, or None when
     a flag is not one the evaluator compiles a shared header with."""
     from torch.utils import cpp_extension
@@ -96,7 +99,7 @@ def pch_variant(extra_cflags, with_cuda: bool) -> PchVariant | None:
     standard = torch_cxx_standard()
     if standard is None:
         return None
-    return PchVariant(compiler, (*cflags, "-fPIC", standard, *flags))
+    return PchVariant(compiler, (*cflags, "-fPIC", standard, *flags), headers or EXTENSION_HEADERS)
 
 
 @functools.lru_cache(maxsize=1)
@@ -174,7 +177,7 @@ def ensure_pch(root: Path, variant: PchVariant, wait: bool = True) -> Path | Non
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         header = staging / PCH_HEADER
-        header.write_text("#include <torch/extension.h>\n")
+        header.write_text("".join(f"#include <{name}>\n" for name in variant.headers))
         gch = staging / f"{PCH_HEADER}.gch"
         started = time.perf_counter()
         command = [variant.compiler, *variant.cflags, "-x", "c++-header", str(header), "-o", str(gch)]
@@ -214,21 +217,60 @@ def _clean_env() -> dict[str, str]:
 
 # Where the PCH pays: a C++ source that includes all of torch/extension.h (load_inline's own
 # main.cpp unless no_implicit_headers=True). Forced into a source that includes only
-# torch/types.h and pybind, it made the compile slower (H100: 16.4 -> 22.8 s; README, "Builds").
+# torch/types.h and pybind, it made the compile slower (H100: 16.4 -> 22.8 s; README, "Builds"):
+# such a source gets a PCH of exactly those two (TYPES_PYBIND_HEADERS), and only when they open
+# it, so that including them first through -include changes nothing.
 EXTENSION_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]torch/extension\.h[>"]', re.MULTILINE)
+EXTENSION_HEADERS = ("torch/extension.h",)
+TYPES_PYBIND_HEADERS = ("torch/types.h", "torch/csrc/utils/pybind.h")
+# A source opening with these (after comments, blank lines and standard library includes, which
+# torch's headers include themselves) means the same with them included first.
+_INCLUDE_LINE = re.compile(r'#\s*include\s*[<"]([^>"]+)[>"]\s*(//.*)?')
+_STANDARD_HEADER = re.compile(r"[a-z_]+")
 
 
-def includes_extension_header(sources) -> bool:
-    """Whether a C++ (not CUDA) source among these files includes torch/extension.h."""
+def opening_includes(text: str) -> list[str]:
+    """The headers a source includes before anything else (comments and blank lines aside)."""
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    included = []
+    for line in text.splitlines():
+        line = line.split("//", 1)[0].strip() if not _INCLUDE_LINE.fullmatch(line.strip()) else line.strip()
+        if not line:
+            continue
+        match = _INCLUDE_LINE.fullmatch(line)
+        if match is None:
+            break
+        included.append(match.group(1))
+    return included
+
+
+def opens_with_types_and_pybind(text: str) -> bool:
+    names = [name for name in opening_includes(text) if not _STANDARD_HEADER.fullmatch(name)]
+    return tuple(names[:len(TYPES_PYBIND_HEADERS)]) == TYPES_PYBIND_HEADERS
+
+
+def pch_headers(sources) -> tuple[str, ...] | None:
+    """The header set a build of these files takes a PCH of: torch/extension.h when a C++ (not
+    CUDA) source includes it; torch/types.h and pybind when every C++ source opens with them;
+    else None."""
+    texts = []
     for source in sources:
         if Path(source).suffix in (".cu", ".cuh"):
             continue
         try:
-            if EXTENSION_INCLUDE.search(Path(source).read_text(errors="replace")):
-                return True
+            texts.append(Path(source).read_text(errors="replace"))
         except OSError:
             continue
-    return False
+    if any(EXTENSION_INCLUDE.search(text) for text in texts):
+        return EXTENSION_HEADERS
+    if texts and all(opens_with_types_and_pybind(text) for text in texts):
+        return TYPES_PYBIND_HEADERS
+    return None
+
+
+def includes_extension_header(sources) -> bool:
+    """Whether a C++ (not CUDA) source among these files includes torch/extension.h."""
+    return pch_headers(sources) == EXTENSION_HEADERS
 
 
 def requested_variants(candidate, device: str) -> list[PchVariant]:
@@ -239,10 +281,10 @@ def requested_variants(candidate, device: str) -> list[PchVariant]:
     from .files import WORKSPACE_CFLAGS
 
     if candidate.workspace:
-        calls = [(WORKSPACE_CFLAGS, device == "cuda", True)]
+        calls = [(WORKSPACE_CFLAGS, device == "cuda", EXTENSION_HEADERS)]
     else:
         calls = _literal_build_calls(candidate.model_file, device)
-    variants = [pch_variant(flags, with_cuda) for flags, with_cuda, extension in calls if extension]
+    variants = [pch_variant(flags, with_cuda, headers) for flags, with_cuda, headers in calls if headers]
     return list(dict.fromkeys(v for v in variants if v is not None))
 
 
@@ -256,15 +298,17 @@ def _string_constants(tree: ast.Module) -> dict[str, str]:
     return constants
 
 
-def _may_include_extension(node: ast.Call, keywords: dict, constants: dict[str, str]) -> bool:
-    """False only when the call's C++ sources are known not to include torch/extension.h:
-    no_implicit_headers=True and every cpp source a literal or module constant without it."""
+def _pch_headers_of_call(node: ast.Call, keywords: dict, constants: dict[str, str]) -> tuple[str, ...] | None:
+    """The header set the call's C++ will take a PCH of (pch_headers): torch/extension.h unless
+    its C++ sources are known not to include it (no_implicit_headers=True and every cpp source a
+    literal or module constant without it); then torch/types.h and pybind if every one opens with
+    them; else None."""
     try:
         no_implicit = ast.literal_eval(keywords["no_implicit_headers"]) if "no_implicit_headers" in keywords else False
     except ValueError:
-        return True
+        return EXTENSION_HEADERS
     if no_implicit is not True:
-        return True
+        return EXTENSION_HEADERS
     sources = keywords.get("cpp_sources", node.args[1] if len(node.args) > 1 else None)
     items = sources.elts if isinstance(sources, (ast.List, ast.Tuple)) else [sources]
     texts = []
@@ -274,12 +318,16 @@ def _may_include_extension(node: ast.Call, keywords: dict, constants: dict[str, 
         elif isinstance(item, ast.Name) and item.id in constants:
             texts.append(constants[item.id])
         else:
-            return True  # computed: the worker reads the written file and decides
-    return any(EXTENSION_INCLUDE.search(text) for text in texts)
+            return EXTENSION_HEADERS  # computed: the worker reads the written file and decides
+    if any(EXTENSION_INCLUDE.search(text) for text in texts):
+        return EXTENSION_HEADERS
+    if texts and all(opens_with_types_and_pybind(text) for text in texts):
+        return TYPES_PYBIND_HEADERS
+    return None
 
 
-def _literal_build_calls(path: Path, device: str) -> list[tuple[list[str], bool, bool]]:
-    """(extra_cflags, with_cuda, whether its C++ may include torch/extension.h) per call."""
+def _literal_build_calls(path: Path, device: str) -> list[tuple[list[str], bool, tuple[str, ...] | None]]:
+    """(extra_cflags, with_cuda, the header set its C++ takes a PCH of) per call."""
     try:
         tree = ast.parse(Path(path).read_text())
     except (OSError, SyntaxError, ValueError):
@@ -304,8 +352,8 @@ def _literal_build_calls(path: Path, device: str) -> list[tuple[list[str], bool,
             else:
                 with_cuda = device == "cuda"
         if isinstance(flags, (list, tuple)) and all(isinstance(flag, str) for flag in flags):
-            extension = name == "load" or _may_include_extension(node, keywords, constants)
-            calls.append((list(flags), bool(with_cuda), extension))
+            headers = EXTENSION_HEADERS if name == "load" else _pch_headers_of_call(node, keywords, constants)
+            calls.append((list(flags), bool(with_cuda), headers))
     return calls
 
 
@@ -406,8 +454,8 @@ def install(pch_root: Path | None, split: bool = True, diet: bool = False, lean:
         with_cuda = arguments.get("with_cuda")
         if with_cuda is None:
             with_cuda = any(Path(source).suffix in (".cu", ".cuh") for source in sources)
-        variant = (pch_variant(arguments.get("extra_cflags"), with_cuda)
-                   if pch_root is not None and includes_extension_header(sources) else None)
+        headers = pch_headers(sources) if pch_root is not None else None
+        variant = pch_variant(arguments.get("extra_cflags"), with_cuda, headers) if headers else None
         header = ready_pch(pch_root, variant) if variant is not None else None
         if header is not None:
             arguments["extra_cflags"] = [*(arguments.get("extra_cflags") or []), "-include", str(header)]

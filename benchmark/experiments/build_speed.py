@@ -143,7 +143,7 @@ def cuda_table(pairs, scratch: Path, modes: list[str], jobs: int) -> pd.DataFram
         if CUDA_MODES[mode]["fast_build"]:
             for variant in variants:
                 _, seconds, _ = measured(lambda variant=variant, mode=mode: ensure_pch(pch_dir(scratch / f"pch-cache-{mode}"), variant))
-                print(f"shared PCH for {mode}, {variant.cflags[-3:]}: {seconds:.1f} s (once per machine)")
+                print(f"shared PCH for {mode}, {variant.headers}, {variant.cflags[-3:]}: {seconds:.1f} s (once per machine)")
 
     def one(label, problem, candidate, mode):
         cache = scratch / f"pch-cache-{mode}" if CUDA_MODES[mode]["fast_build"] else scratch / f"cache-{mode}-{label}"

@@ -204,9 +204,10 @@ def test_the_shared_header_goes_only_to_sources_that_include_all_of_torch_extens
     (H100: 16.4 -> 22.8 s); load_inline's own main.cpp includes torch/extension.h unless told not to."""
     from pytest_cudaagent.fast_build import includes_extension_header
 
-    # The bundled candidates: no_implicit_headers=True, torch/types.h: no PCH asked for.
+    # The bundled candidates: no_implicit_headers=True, torch/types.h and pybind: a PCH of those two.
     for name in ("row_sum.py", "leaky_relu.py"):
-        assert requested_variants(check_candidate(CPU_CANDIDATES / name), "cpu") == [], name
+        variants = requested_variants(check_candidate(CPU_CANDIDATES / name), "cpu")
+        assert [variant.headers for variant in variants] == [fast_build.TYPES_PYBIND_HEADERS], name
     explicit = tmp_path / "explicit.py"
     explicit.write_text(textwrap.dedent('''
         import torch.nn as nn
@@ -230,6 +231,57 @@ def test_the_shared_header_goes_only_to_sources_that_include_all_of_torch_extens
     (tmp_path / "binding.cpp").write_text("  #  include \"torch/extension.h\"\n")
     assert not includes_extension_header([tmp_path / "main.cpp", tmp_path / "kernel.cu", tmp_path / "missing.cpp"])
     assert includes_extension_header([tmp_path / "main.cpp", tmp_path / "binding.cpp"])
+
+
+@pytest.mark.parametrize(("text", "opens"), [
+    ("#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\nint f();\n", True),
+    ("// binding\n/* block\ncomment */\n\n#include <algorithm>\n#include <vector>\n#include \"torch/types.h\"\n"
+     "#include <torch/csrc/utils/pybind.h>  // bindings\n", True),
+    ("#include <torch/csrc/utils/pybind.h>\n#include <torch/types.h>\n", False),  # the other order
+    ("#define SCALE 2\n#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n", False),  # a macro first
+    ("#include <cuda_runtime.h>\n#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n", False),
+    ("#include <torch/types.h>\nint x;\n#include <torch/csrc/utils/pybind.h>\n", False),  # code between
+])
+def test_a_binding_gets_the_types_and_pybind_pch_only_when_those_two_open_it(text, opens):
+    """-include of the PCH puts the two headers first; a source that opens with them (standard
+    library headers aside, which torch's include themselves) means the same that way."""
+    assert fast_build.opens_with_types_and_pybind(text) is opens
+
+
+def test_pch_headers_of_a_build_are_those_every_cpp_source_opens_with(tmp_path):
+    binding = "#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n"
+    (tmp_path / "a.cpp").write_text(binding + "int a();\n")
+    (tmp_path / "b.cpp").write_text(binding + "int b();\n")
+    (tmp_path / "c.cpp").write_text("#include <torch/types.h>\nint c();\n")
+    (tmp_path / "k.cu").write_text("#include <torch/extension.h>\n")  # nvcc's: never the PCH's business
+    (tmp_path / "e.cpp").write_text("#include <torch/extension.h>\n")
+    assert fast_build.pch_headers([tmp_path / "a.cpp", tmp_path / "b.cpp", tmp_path / "k.cu"]) == \
+        fast_build.TYPES_PYBIND_HEADERS
+    assert fast_build.pch_headers([tmp_path / "a.cpp", tmp_path / "c.cpp"]) is None
+    assert fast_build.pch_headers([tmp_path / "a.cpp", tmp_path / "e.cpp"]) == fast_build.EXTENSION_HEADERS
+
+
+def test_a_header_set_is_part_of_the_pchs_key_and_torch_extension_hs_key_is_as_before():
+    extension = pch_variant(["-O3"], False)
+    assert extension.headers == fast_build.EXTENSION_HEADERS
+    assert pch_variant(["-O3"], False, fast_build.EXTENSION_HEADERS).key() == extension.key()
+    assert pch_variant(["-O3"], False, fast_build.TYPES_PYBIND_HEADERS).key() != extension.key()
+
+
+@pytest.mark.slow
+def test_a_types_and_pybind_binding_builds_with_its_own_pch(tmp_path):
+    """The bundled CPU row_sum (torch/types.h and pybind, no_implicit_headers=True): its PCH holds
+    exactly those two, its ninja file -includes it, and it passes."""
+    cache_dir = tmp_path / "cache"
+    candidate = check_candidate(CPU_CANDIDATES / "row_sum.py")
+    [variant] = requested_variants(candidate, "cpu")
+    header = ensure_pch(pch_dir(cache_dir), variant)
+    assert header.read_text() == "#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n"
+    result = evaluate(PROBLEMS / "row_sum.py", CPU_CANDIDATES / "row_sum.py",
+                      cpu_config(cache_dir=cache_dir, fast_build=True))
+    assert result.status == "passed", result.error
+    ninja = next(candidate.extensions_dir(cache_dir).rglob("build.ninja")).read_text()
+    assert f"-include {header}" in ninja
 
 
 def test_a_build_runs_below_the_workers_priority_and_its_compilers_too(monkeypatch, tmp_path):
