@@ -174,6 +174,35 @@ def ops_names(include_dirs: list[str]) -> frozenset[str]:
     return frozenset()
 
 
+# ATen/Functions.h (in torch/types.h, not in the lean copy) defines overloads of its own for some
+# names: at::var(const Tensor&, int dim) beside ops/var.h's var(const Tensor&, bool unbiased),
+# so without it `at::var(x, 1)` would silently take the other overload. A source that calls any
+# of them as a function (qualified or not; a method call is the Tensor's own) gets no lean copy.
+FUNCTIONS_H_DEFINITION = re.compile(r"^inline\s[^;{(=]*?\b(\w+)\s*\(", re.M)
+
+
+def functions_h_overloads(include_dirs: list[str]) -> frozenset[str]:
+    """The functions ATen/Functions.h defines itself, beside the per-operator headers it includes."""
+    for directory in include_dirs:
+        if os.path.isdir(os.path.join(directory, "ATen", "ops")):
+            try:
+                with open(os.path.join(directory, "ATen", "Functions.h"), encoding="utf-8") as file:
+                    return frozenset(FUNCTIONS_H_DEFINITION.findall(file.read()))
+            except OSError:
+                return frozenset()
+    return frozenset()
+
+
+def _free_call(names: frozenset[str], text: str) -> str | None:
+    """The first of `names` the source calls as a function rather than a method."""
+    if not names:
+        return None
+    call = re.compile(rf"(?<![\w.>:])((?:at|torch)::)?({'|'.join(sorted(names))})\s*\(")
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", " ", text, flags=re.S)  # "stride (int)" in a comment is no call
+    found = call.search(code)
+    return found.group(0).rstrip("( \t") if found else None
+
+
 def _operator(name: str, ops: frozenset[str]) -> str | None:
     """The operator header `name` is declared in (add_out is add's), if any."""
     if name in ops:
@@ -182,8 +211,9 @@ def _operator(name: str, ops: frozenset[str]) -> str | None:
     return match.group(1) if match and match.group(1) in ops else None
 
 
-def lean_why_not(text: str, ops: frozenset[str]) -> str | None:
-    """Why no lean copy of this source is tried (None: try it first)."""
+def lean_why_not(text: str, ops: frozenset[str], overloaded: frozenset[str] = frozenset()) -> str | None:
+    """Why no lean copy of this source is tried (None: try it first). `overloaded`: the names
+    ATen/Functions.h defines overloads of itself (functions_h_overloads)."""
     if not ops:
         return "no ATen/ops headers on the include path"
     reason = why_not(text, ANY_TORCH_INCLUDE)
@@ -192,6 +222,9 @@ def lean_why_not(text: str, ops: frozenset[str]) -> str | None:
     refused = LEAN_REFUSED.search(text)
     if refused:
         return f"names {refused.group(0)!r}"
+    called = _free_call(overloaded, text)
+    if called:
+        return f"calls {called}, which ATen/Functions.h overloads beside its operator header"
     for namespace, name in QUALIFIED.findall(text):
         if namespace == "torch" and name in TORCH_DTYPE_ALIASES:
             continue
@@ -248,8 +281,9 @@ def dieted_arguments(argv: list[str], lean: bool = True) -> list[tuple[str, list
     original = os.path.abspath(source)
     copies, reasons = [], []
     if lean:
-        ops = ops_names(_include_dirs(argv))
-        reason = lean_why_not(text, ops)
+        include_dirs = _include_dirs(argv)
+        ops = ops_names(include_dirs)
+        reason = lean_why_not(text, ops, functions_h_overloads(include_dirs))
         if reason:
             reasons.append(f"lean: {reason}")
         else:

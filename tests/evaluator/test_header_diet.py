@@ -194,6 +194,33 @@ def test_a_source_the_lean_copy_could_change_gets_none(source, named, torch_ops)
     assert reason is not None and named in reason, reason
 
 
+@pytest.fixture(scope="module")
+def functions_h() -> frozenset:
+    from torch.utils import cpp_extension
+
+    return header_diet.functions_h_overloads(cpp_extension.include_paths())
+
+
+def test_the_overloads_atens_functions_h_defines_itself_are_read_from_it(functions_h):
+    assert {"var", "std", "var_mean", "std_mean", "numel", "size", "stride"} <= functions_h
+    assert "empty" not in functions_h and header_diet.functions_h_overloads(["/nonexistent"]) == frozenset()
+
+
+@pytest.mark.parametrize("call", ["at::var(x, 1)", "torch::std(x, 1)", "at::std_mean(x, 0)", "size(x, 0) + 1"])
+def test_a_call_of_an_overload_only_functions_h_has_gets_no_lean_copy(call, torch_ops, functions_h):
+    """at::var(x, 1) is Functions.h's var(const Tensor&, int dim); without it ops/var.h's
+    var(const Tensor&, bool unbiased) would take the call: a different answer, silently."""
+    source = f"#include <torch/extension.h>\nauto f(torch::Tensor x) {{ return {call}; }}\n"
+    reason = header_diet.lean_why_not(source, torch_ops, functions_h)
+    assert reason is not None and "Functions.h" in reason, reason
+
+
+def test_methods_of_the_same_names_and_words_in_comments_keep_the_lean_copy(torch_ops, functions_h):
+    source = ("#include <torch/extension.h>\n// stride (int): the step\n/* var (float) */\n"
+              "auto f(torch::Tensor x) { return x.var(1).size(0) + x.stride(0) + std::size(\"ab\"); }\n")
+    assert header_diet.lean_why_not(source, torch_ops, functions_h) is None
+
+
 def test_no_lean_copy_without_atens_operator_headers_on_the_include_path():
     assert "no ATen/ops" in header_diet.lean_why_not(PUBLISHED_STYLES["elementwise"], frozenset())
 
