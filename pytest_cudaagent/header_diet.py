@@ -8,6 +8,9 @@ times (cudafe++, cicc, the host compiler after cudafe++), and the precompiled he
 any of them. Measured with `nvcc -time` on a five-line kernel: 61 s with torch/extension.h, 23 s
 with torch/types.h (README, "Builds").
 
+Two levels (split_nvcc.py tries them in order): the lean copy, on ATen's Tensor, the dispatch
+macros and the per-operator headers of the operators the source names (below: about half of
+torch/types.h's compile, and torch/types.h sources get it too); then this one.
 So the nvcc of a candidate's build (split_nvcc.py) first compiles a copy of the source whose
 `#include <torch/extension.h>` (or torch/torch.h, torch/all.h) line reads `#include
 <torch/types.h>`, then, if that fails for any reason, the source as written, reporting only that
@@ -113,9 +116,14 @@ def dieted(text: str, original_path: str) -> str:
     return _named_copy(original_path) + FULL_INCLUDE.sub(LIGHT_INCLUDE, text)
 
 
-def _named_copy(original_path: str) -> str:
+def _line_directive(line: int, original_path: str) -> str:
+    """`#line` naming the source as written (a C string: backslashes and quotes escaped)."""
     quoted = original_path.replace("\\", "\\\\").replace('"', '\\"')
-    return f'{VERSION_INCLUDE}\n#line 1 "{quoted}"\n'
+    return f'#line {line} "{quoted}"'
+
+
+def _named_copy(original_path: str) -> str:
+    return f"{VERSION_INCLUDE}\n{_line_directive(1, original_path)}\n"
 
 
 # -- the lean copy: ATen's Tensor, the dispatch macros and the operators the source names -------
@@ -242,12 +250,11 @@ def leaned(text: str, original_path: str, ops: frozenset[str]) -> str:
                       if namespace == "torch" and name in TORCH_DTYPE_ALIASES})
     torch_namespace = LEAN_TORCH_NAMESPACE.replace(
         " }", "".join(f" constexpr auto {name} = at::{TORCH_DTYPE_ALIASES[name]};" for name in aliases) + " }")
-    quoted = original_path.replace("\\", "\\\\").replace('"', '\\"')
 
     def block(match: re.Match) -> str:
         line = text.count("\n", 0, match.start()) + 1
         lines = [f"#include <{header}>" for header in includes]
-        return "\n".join([*lines, torch_namespace, f'#line {line + 1} "{quoted}"'])
+        return "\n".join([*lines, torch_namespace, _line_directive(line + 1, original_path)])
 
     return _named_copy(original_path) + ANY_TORCH_INCLUDE.sub(block, text)
 
