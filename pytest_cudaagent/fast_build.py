@@ -55,14 +55,20 @@ SAFE_FLAG = re.compile(
 )
 
 
+# The header sets a PCH is built of (pch_headers says which a build takes).
+EXTENSION_HEADERS = ("torch/extension.h",)
+TYPES_PYBIND_HEADERS = ("torch/types.h", "torch/csrc/utils/pybind.h")
+
+
 @dataclass(frozen=True)
 class PchVariant:
-    """One precompiled `torch/extension.h`: the flags torch compiles a C++ source with (less the
-    extension's own name, which the header never reads) for one compiler and one torch."""
+    """One precompiled header set (`torch/extension.h` unless `headers` says otherwise): the flags
+    torch compiles a C++ source with (less the extension's own name, which the headers never read)
+    for one compiler and one torch."""
 
     compiler: str
     cflags: tuple[str, ...]
-    headers: tuple[str, ...] = ("torch/extension.h",)  # what the PCH includes, in order (HEADER_SETS)
+    headers: tuple[str, ...] = EXTENSION_HEADERS  # what the PCH includes, in order
 
     def key(self) -> str:
         import torch
@@ -73,7 +79,7 @@ class PchVariant:
         return hashlib.sha256("\0".join(identity).encode()).hexdigest()[:20]
 
 
-def pch_variant(extra_cflags, with_cuda: bool, headers: tuple[str, ...] | None = None) -> PchVariant | None:
+def pch_variant(extra_cflags, with_cuda: bool, headers: tuple[str, ...] = EXTENSION_HEADERS) -> PchVariant | None:
     """The variant torch's build of a C++ source with these extra flags would need, or None when
     a flag is not one the evaluator compiles a shared header with."""
     from torch.utils import cpp_extension
@@ -99,7 +105,7 @@ def pch_variant(extra_cflags, with_cuda: bool, headers: tuple[str, ...] | None =
     standard = torch_cxx_standard()
     if standard is None:
         return None
-    return PchVariant(compiler, (*cflags, "-fPIC", standard, *flags), headers or EXTENSION_HEADERS)
+    return PchVariant(compiler, (*cflags, "-fPIC", standard, *flags), headers)
 
 
 @functools.lru_cache(maxsize=1)
@@ -221,8 +227,6 @@ def _clean_env() -> dict[str, str]:
 # such a source gets a PCH of exactly those two (TYPES_PYBIND_HEADERS), and only when they open
 # it, so that including them first through -include changes nothing.
 EXTENSION_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]torch/extension\.h[>"]', re.MULTILINE)
-EXTENSION_HEADERS = ("torch/extension.h",)
-TYPES_PYBIND_HEADERS = ("torch/types.h", "torch/csrc/utils/pybind.h")
 # A source opening with these (after comments, blank lines and standard library includes, which
 # torch's headers include themselves) means the same with them included first.
 _INCLUDE_LINE = re.compile(r'#\s*include\s*[<"]([^>"]+)[>"]\s*(//.*)?')
@@ -234,13 +238,12 @@ def opening_includes(text: str) -> list[str]:
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     included = []
     for line in text.splitlines():
-        line = line.split("//", 1)[0].strip() if not _INCLUDE_LINE.fullmatch(line.strip()) else line.strip()
-        if not line:
-            continue
-        match = _INCLUDE_LINE.fullmatch(line)
-        if match is None:
-            break
-        included.append(match.group(1))
+        line = line.strip()
+        match = _INCLUDE_LINE.fullmatch(line)  # its own trailing comment allowed
+        if match is None and line.split("//", 1)[0].strip():
+            break  # code, not a comment
+        if match is not None:
+            included.append(match.group(1))
     return included
 
 
@@ -249,10 +252,18 @@ def opens_with_types_and_pybind(text: str) -> bool:
     return tuple(names[:len(TYPES_PYBIND_HEADERS)]) == TYPES_PYBIND_HEADERS
 
 
+def headers_of_texts(texts: list[str]) -> tuple[str, ...] | None:
+    """The header set C++ sources with these texts take a PCH of: torch/extension.h when one
+    includes it; torch/types.h and pybind when every one opens with them; else None."""
+    if any(EXTENSION_INCLUDE.search(text) for text in texts):
+        return EXTENSION_HEADERS
+    if texts and all(opens_with_types_and_pybind(text) for text in texts):
+        return TYPES_PYBIND_HEADERS
+    return None
+
+
 def pch_headers(sources) -> tuple[str, ...] | None:
-    """The header set a build of these files takes a PCH of: torch/extension.h when a C++ (not
-    CUDA) source includes it; torch/types.h and pybind when every C++ source opens with them;
-    else None."""
+    """headers_of_texts of the C++ (not CUDA) files among these, as torch wrote them."""
     texts = []
     for source in sources:
         if Path(source).suffix in (".cu", ".cuh"):
@@ -261,16 +272,7 @@ def pch_headers(sources) -> tuple[str, ...] | None:
             texts.append(Path(source).read_text(errors="replace"))
         except OSError:
             continue
-    if any(EXTENSION_INCLUDE.search(text) for text in texts):
-        return EXTENSION_HEADERS
-    if texts and all(opens_with_types_and_pybind(text) for text in texts):
-        return TYPES_PYBIND_HEADERS
-    return None
-
-
-def includes_extension_header(sources) -> bool:
-    """Whether a C++ (not CUDA) source among these files includes torch/extension.h."""
-    return pch_headers(sources) == EXTENSION_HEADERS
+    return headers_of_texts(texts)
 
 
 def requested_variants(candidate, device: str) -> list[PchVariant]:
@@ -319,11 +321,7 @@ def _pch_headers_of_call(node: ast.Call, keywords: dict, constants: dict[str, st
             texts.append(constants[item.id])
         else:
             return EXTENSION_HEADERS  # computed: the worker reads the written file and decides
-    if any(EXTENSION_INCLUDE.search(text) for text in texts):
-        return EXTENSION_HEADERS
-    if texts and all(opens_with_types_and_pybind(text) for text in texts):
-        return TYPES_PYBIND_HEADERS
-    return None
+    return headers_of_texts(texts)
 
 
 def _literal_build_calls(path: Path, device: str) -> list[tuple[list[str], bool, tuple[str, ...] | None]]:

@@ -171,15 +171,19 @@ LEAN_NAMES = frozenset({
 OPS_NAME = re.compile(r"^(\w+?)(_outf|_out)?$")
 
 
+def _aten_dir(include_dirs: list[str]) -> str | None:
+    """The ATen of the first include directory with ATen's per-operator headers."""
+    return next((os.path.join(directory, "ATen") for directory in include_dirs
+                 if os.path.isdir(os.path.join(directory, "ATen", "ops"))), None)
+
+
 def ops_names(include_dirs: list[str]) -> frozenset[str]:
-    """The operators of the first include directory with ATen's per-operator headers
-    (`ATen/ops/<name>.h`, each beside its `<name>_ops.h`)."""
-    for directory in include_dirs:
-        ops = os.path.join(directory, "ATen", "ops")
-        if os.path.isdir(ops):
-            files = set(os.listdir(ops))
-            return frozenset(name[:-2] for name in files if name.endswith(".h") and f"{name[:-2]}_ops.h" in files)
-    return frozenset()
+    """The operators of that ATen (`ATen/ops/<name>.h`, each beside its `<name>_ops.h`)."""
+    aten = _aten_dir(include_dirs)
+    if aten is None:
+        return frozenset()
+    files = set(os.listdir(os.path.join(aten, "ops")))
+    return frozenset(name[:-2] for name in files if name.endswith(".h") and f"{name[:-2]}_ops.h" in files)
 
 
 # ATen/Functions.h (in torch/types.h, not in the lean copy) defines overloads of its own for some
@@ -191,14 +195,14 @@ FUNCTIONS_H_DEFINITION = re.compile(r"^inline\s[^;{(=]*?\b(\w+)\s*\(", re.M)
 
 def functions_h_overloads(include_dirs: list[str]) -> frozenset[str]:
     """The functions ATen/Functions.h defines itself, beside the per-operator headers it includes."""
-    for directory in include_dirs:
-        if os.path.isdir(os.path.join(directory, "ATen", "ops")):
-            try:
-                with open(os.path.join(directory, "ATen", "Functions.h"), encoding="utf-8") as file:
-                    return frozenset(FUNCTIONS_H_DEFINITION.findall(file.read()))
-            except OSError:
-                return frozenset()
-    return frozenset()
+    aten = _aten_dir(include_dirs)
+    if aten is None:
+        return frozenset()
+    try:
+        with open(os.path.join(aten, "Functions.h"), encoding="utf-8") as file:
+            return frozenset(FUNCTIONS_H_DEFINITION.findall(file.read()))
+    except OSError:
+        return frozenset()
 
 
 def _free_call(names: frozenset[str], text: str) -> str | None:

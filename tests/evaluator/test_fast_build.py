@@ -202,8 +202,6 @@ def running(pid: int) -> bool:
 def test_the_shared_header_goes_only_to_sources_that_include_all_of_torch_extension_h(tmp_path):
     """Forced into a binding that includes torch/types.h and pybind only, the PCH made it slower
     (H100: 16.4 -> 22.8 s); load_inline's own main.cpp includes torch/extension.h unless told not to."""
-    from pytest_cudaagent.fast_build import includes_extension_header
-
     # The bundled candidates: no_implicit_headers=True, torch/types.h and pybind: a PCH of those two.
     for name in ("row_sum.py", "leaky_relu.py"):
         variants = requested_variants(check_candidate(CPU_CANDIDATES / name), "cpu")
@@ -229,8 +227,9 @@ def test_the_shared_header_goes_only_to_sources_that_include_all_of_torch_extens
     (tmp_path / "main.cpp").write_text("#include <torch/types.h>\n// #include <torch/extension.h>\n")
     (tmp_path / "kernel.cu").write_text("#include <torch/extension.h>\n")
     (tmp_path / "binding.cpp").write_text("  #  include \"torch/extension.h\"\n")
-    assert not includes_extension_header([tmp_path / "main.cpp", tmp_path / "kernel.cu", tmp_path / "missing.cpp"])
-    assert includes_extension_header([tmp_path / "main.cpp", tmp_path / "binding.cpp"])
+    extension = fast_build.EXTENSION_HEADERS
+    assert fast_build.pch_headers([tmp_path / "main.cpp", tmp_path / "kernel.cu", tmp_path / "missing.cpp"]) != extension
+    assert fast_build.pch_headers([tmp_path / "main.cpp", tmp_path / "binding.cpp"]) == extension
 
 
 @pytest.mark.parametrize(("text", "opens"), [

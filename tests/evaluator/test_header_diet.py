@@ -163,6 +163,23 @@ def test_torchs_own_dtype_names_are_declared_as_torch_types_h_declares_them(torc
     assert "constexpr auto kFloat32 = at::kFloat;" in types_h.read_text()
 
 
+def test_every_dtype_alias_the_lean_copy_declares_is_the_one_torch_types_h_declares():
+    """The lean copy's torch::kFloat32 and the like are a list kept here: each must name the
+    ScalarType torch/types.h's does (following its aliases of aliases, kU8 = kUInt8)."""
+    from torch.utils import cpp_extension
+
+    types_h = next(Path(p) / "torch" / "types.h" for p in cpp_extension.include_paths()
+                   if (Path(p) / "torch" / "types.h").exists()).read_text()
+    declared = dict(re.findall(r"constexpr auto (k\w+) = (?:at::)?(k\w+);", types_h))
+
+    def resolve(name: str) -> str:
+        return resolve(declared[name]) if name in declared else name
+
+    assert header_diet.TORCH_DTYPE_ALIASES.keys() <= declared.keys()
+    for alias, scalar in header_diet.TORCH_DTYPE_ALIASES.items():
+        assert resolve(alias) == scalar, alias
+
+
 @pytest.mark.parametrize("include_line", [1, 3])
 def test_the_lean_copy_puts_the_line_after_the_include_back_at_its_number(include_line, torch_ops):
     lines = ["// x"] * (include_line - 1) + ["#include <torch/extension.h>", "int after = 1;"]
