@@ -209,7 +209,8 @@ class Toolbox:
         extensions_dir = candidate.extensions_dir(config.cache_dir)
         spec = {"path": str(workspace.root), "model_file": str(candidate.model_file),
                 "device": workspace.device, "build_dir": str(extensions_dir / "workspace")}
-        worker = Worker(_compile_main, spec, config.memory_cap_gb, env={"TORCH_EXTENSIONS_DIR": str(extensions_dir)})
+        worker = Worker(_compile_main, spec, config.memory_cap_gb, env={"TORCH_EXTENSIONS_DIR": str(extensions_dir)},
+                        runs_candidate_code=True)
         try:
             reply = worker.receive(config.build_timeout_s)
             return ToolOutcome(f"compile: OK ({reply['sources']} sources built into cuda_extension; "

@@ -14,6 +14,7 @@ import torch.multiprocessing as torch_mp
 
 from . import proc_tree, zygote
 from .lifetime import lead_session_and_reap_it
+from .replies import ForbiddenReply, load_reply
 from .sandbox import PROCESS_WATCH_EXIT
 
 
@@ -45,7 +46,8 @@ class Worker:
     spawned child dies with the thread that made the Worker (see lifetime), so a Worker is closed
     by the thread that opened it."""
 
-    def __init__(self, target, spec: dict, memory_cap_gb: float, env: dict[str, str] | None = None):
+    def __init__(self, target, spec: dict, memory_cap_gb: float, env: dict[str, str] | None = None,
+                 runs_candidate_code: bool = False, reply_keys: dict[str, frozenset[str]] | None = None):
         self._log_dir = tempfile.TemporaryDirectory(prefix="cudaagent-")
         self.log_path = Path(self._log_dir.name) / "worker.log"
         spec = {**spec, "log_path": str(self.log_path), "env": env or {}}
@@ -64,6 +66,11 @@ class Worker:
                                            daemon=True)
             self.process.start()
         child_conn.close()
+        # Its replies may be forged by the candidate: unpickled with only the classes a reply holds,
+        # and, given `reply_keys` (each kind of reply's keys), refused unless of a known kind with
+        # its keys (a reply the evaluator would fail to read is the candidate's doing, not a crash).
+        self.runs_candidate_code = runs_candidate_code
+        self.reply_keys = reply_keys
         self.memory_cap_bytes = memory_cap_gb * 1024**3
         self.peak_rss_bytes = 0
         self.cpu_s: float | None = None  # the process tree's CPU seconds, once read (cpu_seconds)
@@ -104,9 +111,11 @@ class Worker:
         while True:
             if self.conn.poll(0.05):
                 try:
-                    reply = self.conn.recv()
+                    reply = load_reply(self.conn.recv_bytes()) if self.runs_candidate_code else self.conn.recv()
                 except (EOFError, OSError):
                     raise WorkerDied(self._death_reason()) from None
+                if self.runs_candidate_code:
+                    self._check_shape(reply)
                 if reply.get("kind") == "error":
                     raise WorkerFailure(reply["phase"], reply["error_type"], reply["message"])
                 return reply
@@ -116,6 +125,18 @@ class Worker:
             if time.monotonic() > deadline:
                 self.kill()
                 raise WorkerTimeout(f"no answer within {timeout_s:.0f} s")
+
+    def _check_shape(self, reply: object) -> None:
+        if not (isinstance(reply, dict) and isinstance(reply.get("kind"), str)):
+            raise ForbiddenReply(f"the candidate's process sent a message that is not a reply: {type(reply).__name__}")
+        if self.reply_keys is None:
+            return
+        keys = self.reply_keys.get(reply["kind"])
+        if keys is None:
+            raise ForbiddenReply(f"the candidate's process sent a reply of no known kind ({reply['kind'][:80]!r})")
+        if not keys <= reply.keys():
+            raise ForbiddenReply(f"the candidate's process sent a {reply['kind']!r} reply without "
+                                 f"{', '.join(sorted(keys - reply.keys()))}")
 
     def _check_memory(self) -> None:
         try:

@@ -28,13 +28,14 @@ from .envinfo import collect_env
 from .fast_build import pch_dir, start_pch
 from .files import BadFileError, Candidate, check_candidate, check_problem, file_hash
 from .provenance import foreign_kernels
+from .replies import ForbiddenReply
 from .result import Result, TimingStats, TrialResult, Violation
 from .reward import milestone_reward
 from .rules import get_policy
 from .sandbox import Sandbox, SandboxUnavailable, missing, refusal
 from .static_scan import scan_candidate
 from .timer import fresh_call_count
-from .worker import candidate_main, reference_main
+from .worker import CANDIDATE_REPLY_KEYS, candidate_main, reference_main
 
 
 class ProblemError(BadFileError):
@@ -180,6 +181,9 @@ class Evaluation:
             status = "build_error" if failure.phase == "build" else "runtime_error"
             self.killed_from_outside = outside_kill.killed_from_outside(status, failure.message)
             self._fail(status, f"{failure.phase} failed: {failure.error_type}: {failure.message}")
+        except ForbiddenReply as forged:  # only the candidate's replies are read this way
+            self._add_violations([Violation("tampering", str(forged))])
+            self._fail("violation", f"tampering: {forged}")
         except WorkerTimeout as timeout:
             if problem_side:
                 raise ProblemError(f"{self.problem}: the reference timed out ({timeout})") from None
@@ -242,7 +246,8 @@ class Evaluation:
         env = {"TORCH_EXTENSIONS_DIR": str(self.sandbox.build_dir), **self.sandbox.env()}
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"  # Triton kernels run under Triton's interpreter on the CPU
-        self._workers["candidate"] = Worker(candidate_main, spec, self.config.memory_cap_gb, env=env)
+        self._workers["candidate"] = Worker(candidate_main, spec, self.config.memory_cap_gb, env=env,
+                                            runs_candidate_code=True, reply_keys=CANDIDATE_REPLY_KEYS)
         return self._workers["candidate"]
 
     def _note_sandbox(self, report: dict) -> None:

@@ -10,6 +10,10 @@ import torch
 from .compare import as_output_list, describe, same_values
 from .result import Violation
 
+# What an output that is not a tensor may be, to travel to the evaluator: anything else would be
+# unpickled there (replies.py refuses it) and compared by its own __eq__.
+PLAIN_VALUES = (type(None), bool, int, float, complex, str)
+
 
 def _storage_pointer(tensor: torch.Tensor) -> int:
     return tensor.untyped_storage().data_ptr()
@@ -35,8 +39,12 @@ def inspect_outputs(outputs: object, inputs: list, device: str,
             if value.numel() and _storage_pointer(value) in input_storages:
                 violations.append(Violation("output_alias", f"output {position} shares memory with an input"))
             copies.append(copy_with(value) if copy_with is not None else value.detach().to("cpu", copy=True))
-        else:
+        elif type(value) in PLAIN_VALUES:
             copies.append(value)
+        else:
+            violations.append(Violation("output_type", f"output {position} is {type(value).__qualname__}, "
+                                        "not a torch.Tensor or a number"))
+            copies.append(None)
     return {"outputs": copies, "output_types": [describe(v) for v in values], "violations": violations}
 
 

@@ -236,6 +236,21 @@ def reference_main(conn, spec: dict) -> None:
 # ----------------------------------------------------------------------------------------------
 # Candidate worker
 
+# Each kind of reply the candidate's worker sends, with the keys the evaluator reads of it
+# (channel.Worker refuses a reply of another kind, or without them, as forged).
+CANDIDATE_REPLY_KEYS = {
+    "error": frozenset({"phase", "error_type", "message"}),
+    "sandbox": frozenset(),
+    "built": frozenset(),
+    "construct": frozenset({"weights"}),
+    "forward": frozenset({"outputs", "violations", "inputs_after", "findings", "precision"}),
+    "check_held": frozenset({"reused"}),
+    "warm": frozenset({"per_call_ms", "device_ms", "device_busy_ms", "kernel_names", "own_kernel_names",
+                       "launch_overlapped", "quiet", "findings", "precision"}),
+    "time": frozenset({"samples_ms", "quiet", "timed_outputs", "audited_outputs", "audited_ms",
+                       "audited_operators", "audited_python_calls", "findings", "precision", "backend_settings"}),
+}
+
 
 def candidate_main(conn, spec: dict) -> None:
     setup_worker(spec)

@@ -2,6 +2,7 @@
 end in its named rule (or an honest verdict), and the honest suite must pass untouched.
 Honest kernels here are Triton kernels under Triton's CPU interpreter, so no C++ build is needed."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,7 @@ EXPECTED = {
     "correct_broadcast_shape": {("incorrect", None)},
     "correct_wrong_dtype": {("incorrect", None)},
     "correct_lazy_subclass": {("violation", "output_type")},
+    "correct_returns_custom_object": {("violation", "output_type")},
     "correct_writes_input": {("violation", "input_mutation")},
     "correct_scribbles_input_returns_fresh": {("violation", "input_mutation")},
     "correct_returns_input_alias": {("violation", "output_alias")},
@@ -59,7 +61,16 @@ EXPECTED = {
     "env_raise_system_exit_on_import": {("crashed", None)},
     "env_fake_result_file": {("incorrect", None)},
     "env_sets_variables": {("incorrect", None)},
+    # Its own message on the pipe, which the evaluator would otherwise unpickle (replies.py).
+    "env_forged_reply_exec": {("violation", "tampering")},
+    "env_forged_reply_os_call": {("violation", "tampering")},
+    "env_forged_reply_not_a_dict": {("violation", "tampering")},
+    "env_forged_reply_garbage": {("violation", "tampering")},
+    "env_forged_reply_missing_keys": {("violation", "tampering")},
 }
+
+# Candidates whose pickle, unpickled in the evaluator, would leave this file behind.
+RUNS_IN_THE_EVALUATOR = ["env_forged_reply_exec", "env_forged_reply_os_call", "correct_returns_custom_object"]
 
 
 def evaluate_cpu(candidate: Path, **overrides):
@@ -77,6 +88,16 @@ def test_cheat_is_rejected_with_its_rule(name):
     result = evaluate_cpu(HERE / "candidates" / f"{name}.py")
     assert not result.passed and result.reward == -1
     assert outcomes(result) & EXPECTED[name], f"{name}: {result.summary()}"
+
+
+@pytest.mark.parametrize("name", RUNS_IN_THE_EVALUATOR)
+def test_a_forged_pickle_runs_nothing_in_the_evaluator(name):
+    marker = Path(f"/tmp/cudaagent-forged-reply-{name}")
+    shutil.rmtree(marker, ignore_errors=True)
+    marker.unlink(missing_ok=True)
+    result = evaluate_cpu(HERE / "candidates" / f"{name}.py")
+    assert not marker.exists(), f"{name}'s pickle ran in the evaluator"
+    assert outcomes(result) & EXPECTED[name], result.summary()
 
 
 @pytest.mark.parametrize("name", ["timing_patched_clocks", "timing_patched_monotonic_clocks"])
