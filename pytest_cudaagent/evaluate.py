@@ -33,6 +33,7 @@ from .result import Result, TimingStats, TrialResult, Violation
 from .reward import milestone_reward
 from .rules import get_policy
 from .sandbox import Sandbox, SandboxUnavailable, missing, refusal
+from .shared_tensors import SharedBufferPool, shared_copies
 from .static_scan import scan_candidate
 from .timer import fresh_call_count
 from .worker import CANDIDATE_REPLY_KEYS, candidate_main, reference_main
@@ -78,6 +79,8 @@ class Evaluation:
         self.killed_from_outside = False
         # Trials the reference could not repeat: its reply (why: "seed" or "settings").
         self._unrepeatable: dict[int, dict] = {}
+        # Shared memory lent to the candidate's worker for one correctness call at a time.
+        self._lent = SharedBufferPool()
 
     # -- orchestration --------------------------------------------------------------------------
 
@@ -263,39 +266,48 @@ class Evaluation:
         unwatched (no operator audit), while whatever it kept holds the previous trial's answer,
         then watched. Both calls are judged; the trial is the first that fails, else the watched."""
         for index, trial_set in enumerate(trial_sets):
-            unwatched, unwatched_outputs = (self._checked_forward(worker, index, trial_set, watched=False) if index
-                                            else (None, None))
-            trial, outputs = self._checked_forward(worker, index, trial_set, watched=True)
+            unwatched, unwatched_outputs, unwatched_lent = (
+                self._checked_forward(worker, index, trial_set, watched=False) if index else (None, [], []))
+            trial, outputs, lent = self._checked_forward(worker, index, trial_set, watched=True)
+            judged_outputs = outputs
             if unwatched is not None and not unwatched.correct:
                 unwatched.error = f"called without the operator audit: {unwatched.error}"
-                trial, outputs = unwatched, unwatched_outputs
+                trial, judged_outputs = unwatched, unwatched_outputs
             if not trial.correct and trial.error != OUTPUT_UNREADABLE \
-                    and not self._reference_repeats_itself(reference_worker, index, outputs):
+                    and not self._reference_repeats_itself(reference_worker, index, judged_outputs):
                 self.result.nondeterministic_trials.append(index)
             self.result.trials.append(trial)
+            self._lent.give_back(unwatched_lent + lent)  # judged: the next trial's outputs go there
         self._note_output_reuse(worker.request(("check_held",), self.config.run_timeout_s)["reused"])
         self.result.correct = all(trial.correct for trial in self.result.trials)
 
     def _checked_forward(self, worker: Worker, index: int, trial_set: dict,
-                         watched: bool) -> tuple[TrialResult, list]:
+                         watched: bool) -> tuple[TrialResult, list, list]:
         """One call on a trial's set, every check of a correctness call applied to it; its
-        judgement and the outputs it was made on."""
+        judgement, the outputs it was made on, and the buffers lent for them (given back once the
+        outputs are no longer needed)."""
         # A private copy: tensors cross the pipe in shared memory, so what the candidate writes
-        # into its inputs would otherwise also change the pristine copy kept here.
-        candidate_inputs = [t.clone() if isinstance(t, torch.Tensor) else t for t in trial_set["inputs"]]
-        reply = worker.request(("forward", candidate_inputs, _nbytes(trial_set["outputs"]), trial_set["seed"], watched),
-                               self.config.run_timeout_s)
+        # into its inputs would otherwise also change the pristine copy kept here. Made in
+        # shared memory lent for the call, as are the buffers its outputs are copied into
+        # (shared_tensors.py): nothing is copied again to cross, and each buffer is faulted in once.
+        candidate_inputs = [self._lent.copy_of(value) for value in trial_set["inputs"]]
+        output_buffers = [self._lent.take(value) if type(value) is torch.Tensor else None
+                          for value in trial_set["outputs"]]
+        reply = worker.request(("forward", candidate_inputs, _nbytes(trial_set["outputs"]), trial_set["seed"], watched,
+                                output_buffers), self.config.run_timeout_s)
+        self._lent.give_back(candidate_inputs)  # the call is over
         self._add_violations(reply["violations"] + reply["findings"])
         self._note_precision(reply["precision"])
+        # An input comes back only if the call changed it (None: unchanged, as its worker saw).
         for position, (before, after) in enumerate(zip(trial_set["inputs"], reply["inputs_after"], strict=True)):
-            if isinstance(before, torch.Tensor) and not same_values(before, after):
+            if isinstance(before, torch.Tensor) and after is not None and not same_values(before, after):
                 self._add_violations([Violation("input_mutation", f"forward changed input {position}")])
         outputs = reply["outputs"]
         with self._profiled("compare"):
             trial = compare_outputs(index, trial_set["outputs"], outputs, self.config.tolerances())
         if None in outputs:
             trial.correct, trial.error = False, OUTPUT_UNREADABLE
-        return trial, outputs
+        return trial, outputs, output_buffers
 
     def _reference_repeats_itself(self, reference_worker: Worker, index: int, candidate_outputs=None) -> bool:
         """Asked only when the candidate disagrees: does the reference agree with itself under
@@ -366,7 +378,9 @@ class Evaluation:
     def _time_candidate(self, worker: Worker, reference_worker: Worker, warm_sets: list[dict]) -> None:
         timing = self.config.timing_config
         self._collect_fresh_sets(reference_worker)
-        warm = worker.request(("warm", [s["inputs"] for s in warm_sets]), self.config.run_timeout_s)
+        # Copies: the reference times its baselines on these very sets, so the candidate must not
+        # get the reference's own memory to write into.
+        warm = worker.request(("warm", [shared_copies(s["inputs"]) for s in warm_sets]), self.config.run_timeout_s)
         self._note_quiet("the candidate's warm-up and device time", warm)
         self._add_violations(warm["findings"])
         self._note_precision(warm["precision"])

@@ -79,6 +79,13 @@ def _to_cpu(values):
     return [v.detach().to("cpu", copy=True) if type(v) is torch.Tensor else v for v in values]
 
 
+def _to_send(values):
+    """Host copies of what goes to the evaluator, made in shared memory (shared_tensors.py)."""
+    from .shared_tensors import shared_copies
+
+    return shared_copies(values)
+
+
 def tf32_switches(configured) -> set[str]:
     """TF32 (or bf16) switched on beyond the run's settings `configured` (backend_settings)."""
     from .backend_settings import capture, lower_precision_signs
@@ -164,9 +171,9 @@ def reference_main(conn, spec: dict) -> None:
             _seed_all(seed)
             inputs = list(problem.get_inputs())
             started = time.perf_counter()
-            outputs = _to_cpu(run_reference(inputs, seed))  # the copy waits for the device
+            outputs = _to_send(run_reference(inputs, seed))  # the copy waits for the device
             state["forward_ms"] = min(state.get("forward_ms", math.inf), 1000 * (time.perf_counter() - started))
-            sets.append({"seed": seed, "inputs": _to_cpu(inputs), "outputs": outputs})
+            sets.append({"seed": seed, "inputs": _to_send(inputs), "outputs": outputs})
         return sets
 
     def prepare(set_count: int) -> dict:
@@ -178,11 +185,11 @@ def reference_main(conn, spec: dict) -> None:
         _seed_all(construction_seed)
         model = problem.Model(*init_inputs)
         # Taken before any forward: training mode updates BatchNorm's running statistics.
-        state_dict = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        state_dict = dict(zip(model.state_dict(), _to_send(list(model.state_dict().values())), strict=True))
         model = model.to(device)
         state["model"] = model.eval() if convention.eval_mode else model
         state["sets"] = draw_sets(set_count)
-        return {"init_inputs": _to_cpu(init_inputs), "state_dict": state_dict, "seed": construction_seed,
+        return {"init_inputs": _to_send(init_inputs), "state_dict": state_dict, "seed": construction_seed,
                 "sets": state["sets"], "backend_settings": configured.to_dict(),
                 "forward_ms": state["forward_ms"] if set_count else None}
 
@@ -204,7 +211,7 @@ def reference_main(conn, spec: dict) -> None:
             return {"deterministic": False, "cause": "seed", "detail": check.error}
         if lowered_by_run:
             with applied(configured), device_work(device):
-                under_run = _to_cpu(run_reference(trial_set["inputs"], trial_set["seed"]))
+                under_run = _to_send(run_reference(trial_set["inputs"], trial_set["seed"]))
             check = compare_outputs(index, trial_set["outputs"], under_run, config.tolerances())
             if not check.correct:
                 # Its answer under those settings: the parent sees whether the candidate's is that one.
@@ -294,7 +301,7 @@ def serve_candidate(conn, spec: dict) -> None:
     from .guards import ForwardGuard
     from .locks import device_lock, device_work
     from .memory import poison_free_memory
-    from .outputs import inspect_outputs, storage_changes
+    from .outputs import device_snapshot, held_copies, inspect_outputs, storage_changes, unchanged
     from .provenance import own_kernel_names, precision_flags
     from .rules import get_policy
     from .timer import Clock, OutputCopies, Timer, input_buffers, load_content, staged_on_device
@@ -336,24 +343,32 @@ def serve_candidate(conn, spec: dict) -> None:
         state["model"] = model.eval() if convention.eval_mode else model
         return {"weights": weights}
 
-    def forward(inputs: list, output_nbytes: list[int], seed: int, watched: bool = True) -> dict:
+    def forward(inputs: list, output_nbytes: list[int], seed: int, watched: bool = True,
+                output_buffers: list | None = None) -> dict:
         """One correctness call; `watched=False`: without the operator audit (no dispatch mode on
-        the stack), so a candidate honest only when watched shows what it does otherwise."""
+        the stack), so a candidate honest only when watched shows what it does otherwise. The
+        outputs' host copies go into `output_buffers`, the evaluator's, where they fit."""
         model = state["model"]
         device_inputs = _to_device(inputs, device)
+        # What they held before the call, where they are: only an input the call changed goes
+        # back to the evaluator (a 64 MiB input nine times per evaluation otherwise).
+        before = device_snapshot(device_inputs)
         state["output_nbytes"] = output_nbytes
         poison_free_memory(device, output_nbytes)
         _seed_all(seed)  # the seed the reference's call ran after
         with torch.no_grad(), device_work(device):
             outputs = guard(lambda: model(*device_inputs)) if watched else model(*device_inputs)
             clock.synchronize()
-        report = inspect_outputs(outputs, device_inputs, device)
-        # Held (so the allocator cannot hand their memory out again) beside the copies taken now,
-        # until check_held compares them once, after the last trial.
-        state["held_outputs"].append((outputs, report["outputs"]))
+        report = inspect_outputs(outputs, device_inputs, device, into=output_buffers)
+        # Held (so the allocator cannot hand their memory out again) beside copies of them taken
+        # now, until check_held compares them once, after the last trial: on the device while
+        # they fit a budget (no second trip to the host), else private host copies.
+        state["held_outputs"].append((outputs, held_copies(outputs, state)))
         return {
             **report,
-            "inputs_after": _to_cpu(device_inputs),
+            # None: unchanged (the same metadata and bytes as before the call); else its copy.
+            "inputs_after": [None if unchanged(was, now) else _to_send([now])[0]
+                             for was, now in zip(before, device_inputs, strict=True)],
             "findings": guard.findings.drain(),
             "precision": sorted(guard.findings.precision | tf32_switches(configured)),
         }
@@ -368,6 +383,7 @@ def serve_candidate(conn, spec: dict) -> None:
     def warm(content_sets: list) -> dict:
         """Warm-up and profiled calls on the warm-up sets; these contents never come back."""
         state["held_outputs"].clear()
+        state["held_on_device_bytes"] = 0
         model = state["model"]
         state["buffers"] = buffers = input_buffers([_to_device(content, device) for content in content_sets])
         with torch.no_grad(), device_lock(device, config.timing_config.quiet_wait_s) as hold:
@@ -428,7 +444,7 @@ def serve_candidate(conn, spec: dict) -> None:
                 timed_outputs.append(report["outputs"])
                 violations += report["violations"]
             if staged is not None:
-                timed_outputs = [_to_cpu(call_copies) for call_copies in timed_outputs]
+                timed_outputs = [_to_send(call_copies) for call_copies in timed_outputs]
                 del copies  # the slab they were views of
             audited_ms, audited_outputs = [], []
             operators_before, calls_before = guard.findings.operators_seen, guard.findings.python_calls_seen

@@ -1,0 +1,79 @@
+"""shared_tensors.py and the copies outputs.py keeps: what crosses between the workers is made in
+shared memory once, lent buffers are reused, and only a changed input travels back."""
+
+import pytest
+import torch
+
+from pytest_cudaagent import outputs
+from pytest_cudaagent.compare import same_values
+from pytest_cudaagent.outputs import device_snapshot, held_copies, inspect_outputs, unchanged
+from pytest_cudaagent.shared_tensors import SharedBufferPool, shared_copy, shared_empty
+
+
+def test_a_shared_copy_is_contiguous_shared_and_equal():
+    source = torch.randn(6, 4).t()[1:]  # not contiguous, offset
+    copy = shared_copy(source)
+    assert copy.is_shared() and copy.is_contiguous() and torch.equal(copy, source)
+    assert shared_copy(3.5) == 3.5
+    assert shared_empty((0, 3), torch.float32).shape == (0, 3)
+
+
+def test_lent_buffers_are_reused_once_given_back():
+    pool = SharedBufferPool()
+    first = pool.copy_of(torch.ones(4, 4))
+    assert first.is_shared() and torch.equal(first, torch.ones(4, 4))
+    pool.give_back([first, None, torch.zeros(4, 4)])  # a tensor not in shared memory is not kept
+    second = pool.copy_of(torch.full((4, 4), 2.0))
+    assert second.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+    assert torch.equal(second, torch.full((4, 4), 2.0))
+    other = pool.take(torch.ones(4, 4))  # none free of that shape: a new one
+    assert other.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+    assert pool.take(torch.ones(4, 4, dtype=torch.float64)).dtype == torch.float64
+
+
+def test_outputs_go_into_the_lent_buffer_when_they_fit_else_a_fresh_copy():
+    lent = [shared_empty((3,), torch.float32), shared_empty((3,), torch.float32)]
+    returned = (torch.arange(3.0), torch.arange(4.0))
+    report = inspect_outputs(returned, [], "cpu", into=lent)
+    assert report["outputs"][0] is lent[0] and torch.equal(lent[0], torch.arange(3.0))
+    assert report["outputs"][1] is not lent[1] and report["outputs"][1].is_shared()
+    assert torch.equal(report["outputs"][1], torch.arange(4.0))
+
+
+def test_an_input_counts_as_unchanged_only_with_the_same_metadata_and_bytes():
+    x, y = torch.randn(4, 4), torch.randn(3)
+    before = device_snapshot([x, y, 7])
+    assert unchanged(before[0], x) and unchanged(before[1], y) and not unchanged(before[2], 7)
+    x[1, 2] += 1
+    y.resize_(1, 3)
+    assert not unchanged(before[0], x) and not unchanged(before[1], y)
+    nan = torch.full((2,), float("nan"))
+    assert unchanged(device_snapshot([nan])[0], nan)  # NaN meets the same NaN
+
+
+def test_over_the_snapshot_budget_every_input_travels_back(monkeypatch):
+    monkeypatch.setattr(outputs, "SNAPSHOT_BUDGET_BYTES", 8)
+    x = torch.zeros(4)
+    assert device_snapshot([x]) == [None] and not unchanged(None, x)
+
+
+def test_held_copies_on_the_cpu_are_private_not_the_lent_buffer():
+    output = torch.arange(5.0)
+    kept = held_copies([output, "text"], {})
+    assert kept[1] is None and torch.equal(kept[0], output)
+    assert kept[0].untyped_storage().data_ptr() != output.untyped_storage().data_ptr()
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_snapshots_and_held_copies_stay_on_the_device_within_their_budget(monkeypatch):
+    x = torch.randn(256, 256, device="cuda")
+    before = device_snapshot([x])
+    assert before[0][0].device == x.device and unchanged(before[0], x)
+    x[0, 0] = float("nan")
+    assert not unchanged(before[0], x)
+    state: dict = {}
+    kept = held_copies([x, x], state)
+    assert [copy.device.type for copy in kept] == ["cuda", "cuda"] and state["held_on_device_bytes"] == 2 * x.nbytes
+    monkeypatch.setattr(outputs, "HELD_ON_DEVICE_BUDGET_BYTES", 3 * x.nbytes)
+    kept = held_copies([x], state)  # a third would pass the budget: on the host
+    assert kept[0].device.type == "cpu" and same_values(kept[0], x.cpu())
