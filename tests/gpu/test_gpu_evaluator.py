@@ -77,3 +77,37 @@ def test_split_nvcc_and_nvcc_give_the_same_verdicts_and_error_lines(tmp_path):
         failed = evaluate(PROBLEMS / "leaky_relu.py", broken, config)
         assert failed.status == "build_error", (split, failed.summary())
         assert 'identifier "undeclared" is undefined' in failed.error, (split, failed.error)
+
+
+_FLAGGED_PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x, drawn_on_gpu):
+        return x + drawn_on_gpu
+
+
+def get_inputs():
+    {draw}
+    return [x, torch.tensor(float(torch.empty(0).is_cuda))]
+
+
+def get_init_inputs():
+    return []
+'''
+_ADDS = ("import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x, drawn_on_gpu):\n"
+         "        return x + {value}\n")
+
+
+@pytest.mark.parametrize("draw, drawn_on_gpu", [
+    ("x = torch.randn(64, 64)", 1.0),
+    # A generator of the host's cannot draw on the GPU: the whole get_inputs runs on the host.
+    ("x = torch.randn(64, 64, generator=torch.Generator().manual_seed(1))", 0.0),
+], ids=["on the gpu", "needs the host"])
+def test_inputs_are_drawn_on_the_gpu_unless_get_inputs_needs_the_host(tmp_path, draw, drawn_on_gpu):
+    problem, candidate = tmp_path / "flagged.py", tmp_path / "adds.py"
+    problem.write_text(_FLAGGED_PROBLEM.format(draw=draw))
+    candidate.write_text(_ADDS.format(value=drawn_on_gpu))
+    result = evaluate(problem, candidate, EvalConfig(device="cuda", timing=False, policy="permissive"))
+    assert result.status == "passed", result.summary() + result.log
