@@ -293,8 +293,11 @@ class Evaluation:
         candidate_inputs = [self._lent.copy_of(value) for value in trial_set["inputs"]]
         output_buffers = [self._lent.take(value) if type(value) is torch.Tensor else None
                           for value in trial_set["outputs"]]
+        # Storages, not tensors: nothing in the candidate's heap then looks like an output to
+        # return (a search of it for a tensor of the output's shape found these).
+        lent_storages = [None if buffer is None else buffer.untyped_storage() for buffer in output_buffers]
         reply = worker.request(("forward", candidate_inputs, _nbytes(trial_set["outputs"]), trial_set["seed"], watched,
-                                output_buffers), self.config.run_timeout_s)
+                                lent_storages), self.config.run_timeout_s)
         self._lent.give_back(candidate_inputs)  # the call is over
         self._add_violations(reply["violations"] + reply["findings"])
         self._note_precision(reply["precision"])

@@ -31,7 +31,7 @@ def inspect_outputs(outputs: object, inputs: list, device: str,
                     copy_with: Callable[[torch.Tensor], torch.Tensor] | None = None,
                     into: list | None = None) -> dict:
     """Checks on the outputs as returned, and a copy of each tensor: on the host in shared memory
-    (into the evaluator's buffer `into[position]` when it has the output's shape and dtype), or by
+    (into the evaluator's storage `into[position]` when it has the output's size), or by
     `copy_with` (on the device itself where a timed loop must not stall on a copy to the host,
     timer.OutputCopies; the worker brings them over after the loop)."""
     values = as_output_list(outputs)
@@ -51,9 +51,8 @@ def inspect_outputs(outputs: object, inputs: list, device: str,
             lent = into[position] if into is not None and position < len(into) else None
             if copy_with is not None:
                 copies.append(copy_with(value))
-            elif (type(lent) is torch.Tensor and lent.shape == value.shape and lent.dtype == value.dtype
-                  and lent.is_contiguous()):
-                copies.append(lent.copy_(value.detach()))
+            elif type(lent) is torch.UntypedStorage and lent.nbytes() == _nbytes(value):
+                copies.append(torch.empty(0, dtype=value.dtype).set_(lent, 0, value.shape).copy_(value.detach()))
             else:
                 copies.append(shared_copy(value))
         elif type(value) in PLAIN_VALUES:

@@ -362,7 +362,7 @@ def serve_candidate(conn, spec: dict) -> None:
                 output_buffers: list | None = None) -> dict:
         """One correctness call; `watched=False`: without the operator audit (no dispatch mode on
         the stack), so a candidate honest only when watched shows what it does otherwise. The
-        outputs' host copies go into `output_buffers`, the evaluator's, where they fit."""
+        outputs' host copies go into `output_buffers`, the evaluator's storages, where they fit."""
         model = state["model"]
         device_inputs = _to_device(inputs, device)
         # What they held before the call, where they are: only an input the call changed goes

@@ -52,9 +52,7 @@ EXPECTED = {
     "correct_returns_input_view": {("violation", "output_alias"), ("violation", "input_mutation")},
     "correct_patches_comparison": {("incorrect", None)},
     "correct_patches_harness_modules": {("incorrect", None)},
-    # The heap holds the buffer its output is copied into (lent by the evaluator, last holding its
-    # own previous output): returned, it is wrong and overwritten by the next call.
-    "correct_gc_search": {("incorrect", None), ("violation", "output_reused")},
+    "correct_gc_search": {("incorrect", None)},
     "correct_predicted_seed": {("incorrect", None)},
     "correct_half_precision": {("violation", "lower_precision")},
     # D. environment: the harness is attacked

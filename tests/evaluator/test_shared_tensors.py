@@ -31,13 +31,15 @@ def test_lent_buffers_are_reused_once_given_back():
     assert pool.take(torch.ones(4, 4, dtype=torch.float64)).dtype == torch.float64
 
 
-def test_outputs_go_into_the_lent_buffer_when_they_fit_else_a_fresh_copy():
+def test_outputs_go_into_the_lent_storage_when_they_fit_else_a_fresh_copy():
     lent = [shared_empty((3,), torch.float32), shared_empty((3,), torch.float32)]
     returned = (torch.arange(3.0), torch.arange(4.0))
-    report = inspect_outputs(returned, [], "cpu", into=lent)
-    assert report["outputs"][0] is lent[0] and torch.equal(lent[0], torch.arange(3.0))
-    assert report["outputs"][1] is not lent[1] and report["outputs"][1].is_shared()
-    assert torch.equal(report["outputs"][1], torch.arange(4.0))
+    report = inspect_outputs(returned, [], "cpu", into=[buffer.untyped_storage() for buffer in lent])
+    first, second = report["outputs"]
+    assert first.untyped_storage().data_ptr() == lent[0].untyped_storage().data_ptr()
+    assert torch.equal(lent[0], torch.arange(3.0))
+    assert second.untyped_storage().data_ptr() != lent[1].untyped_storage().data_ptr() and second.is_shared()
+    assert torch.equal(second, torch.arange(4.0))
 
 
 def test_an_input_counts_as_unchanged_only_with_the_same_metadata_and_bytes():
