@@ -51,7 +51,7 @@ def inspect_outputs(outputs: object, inputs: list, device: str,
             lent = into[position] if into is not None and position < len(into) else None
             if copy_with is not None:
                 copies.append(copy_with(value))
-            elif type(lent) is torch.UntypedStorage and lent.nbytes() == _nbytes(value):
+            elif type(lent) is torch.UntypedStorage and lent.nbytes() == value.nbytes:
                 copies.append(torch.empty(0, dtype=value.dtype).set_(lent, 0, value.shape).copy_(value.detach()))
             else:
                 copies.append(shared_copy(value))
@@ -64,16 +64,12 @@ def inspect_outputs(outputs: object, inputs: list, device: str,
     return {"outputs": copies, "output_types": [describe(v) for v in values], "violations": violations}
 
 
-def _nbytes(value: torch.Tensor) -> int:
-    return value.numel() * value.element_size()
-
-
 def device_snapshot(inputs: list) -> list:
     """Copies of the tensors among `inputs`, where they are, with their metadata (None for the
     rest, and for every one beyond SNAPSHOT_BUDGET_BYTES or the device's memory: `unchanged`
     then says changed, and the input travels as before)."""
     tensors = [value for value in inputs if type(value) is torch.Tensor]
-    if sum(_nbytes(value) for value in tensors) > SNAPSHOT_BUDGET_BYTES:
+    if sum(value.nbytes for value in tensors) > SNAPSHOT_BUDGET_BYTES:
         return [None] * len(inputs)
     try:
         return [(value.detach().clone(), value.shape, value.stride(), value.dtype, value.storage_offset())
@@ -103,10 +99,10 @@ def held_copies(outputs: object, state: dict) -> list:
             kept.append(None)
             continue
         used = state.get("held_on_device_bytes", 0)
-        if value.device.type != "cpu" and used + _nbytes(value) <= HELD_ON_DEVICE_BUDGET_BYTES:
+        if value.device.type != "cpu" and used + value.nbytes <= HELD_ON_DEVICE_BUDGET_BYTES:
             try:
                 kept.append(value.detach().clone())
-                state["held_on_device_bytes"] = used + _nbytes(value)
+                state["held_on_device_bytes"] = used + value.nbytes
                 continue
             except torch.OutOfMemoryError:
                 pass

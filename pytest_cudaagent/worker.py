@@ -200,7 +200,8 @@ def reference_main(conn, spec: dict) -> None:
         _seed_all(construction_seed)
         model = problem.Model(*init_inputs)
         # Taken before any forward: training mode updates BatchNorm's running statistics.
-        state_dict = dict(zip(model.state_dict(), _to_send(list(model.state_dict().values())), strict=True))
+        state_dict = model.state_dict()
+        state_dict = dict(zip(state_dict, _to_send(list(state_dict.values())), strict=True))
         model = model.to(device)
         state["model"] = model.eval() if convention.eval_mode else model
         state["sets"] = draw_sets(set_count)
