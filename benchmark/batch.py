@@ -12,6 +12,7 @@ import importlib.metadata
 import os
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,6 +58,9 @@ class BatchSettings:
     # The shared precompiled torch/extension.h (EvalConfig.fast_build): made once, beside the
     # first candidates' builds, then taken by every later build with the same flags.
     fast_build: bool = False
+    # Candidates of the run share each problem's reference within a worker (EvalConfig.reference_batch,
+    # a fresh id per run): every candidate file exists before the run starts, so none can know it.
+    share_reference: bool = True
 
 
 @dataclass
@@ -112,6 +116,8 @@ def pytest_command(manifest: Path, results_path: Path, run_dir: Path, settings: 
         command.append("--cudaagent-require-sandbox")
     if settings.fast_build:
         command.append("--cudaagent-fast-build")
+    if settings.share_reference:
+        command += ["--cudaagent-reference-batch", uuid.uuid4().hex]
     if settings.config_file is not None:
         command += ["--cudaagent-config", str(settings.config_file)]
     return command
@@ -144,7 +150,9 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
     # collected from disk; the only items are the manifest's.
     (run_dir / "pytest.ini").write_text("[pytest]\n")
     manifest = run_dir / "pairs.json"
-    write_manifest(manifest, todo)
+    # By problem: xdist hands each worker a run of neighbouring items, which then share their
+    # problem's reference (share_reference).
+    write_manifest(manifest, sorted(todo, key=lambda pair: str(pair.problem)))
     outcome.log_path = results_path.parent / "pytest.log"
     tail = ResultsTail(results_path, results_path.stat().st_size if results_path.exists() else 0)
 

@@ -80,6 +80,10 @@ def register_bench(subparsers) -> None:
     parser.add_argument("--no-fast-build", action="store_true",
                         help="build every candidate the plain way, without the shared precompiled torch/extension.h "
                              "a batch otherwise makes once and reuses (README, Builds)")
+    parser.add_argument("--no-shared-reference", action="store_true",
+                        help="draw each candidate's own reference (seed, weights, correctness inputs) instead of "
+                             "one per problem shared by the run's candidates in a worker (README, Where an "
+                             "evaluation's time goes)")
     parser.set_defaults(func=_handler("run_bench"), path_args=(*PROBLEM_PATHS, "candidates", "out"))
 
 

@@ -262,7 +262,10 @@ class Toolbox:
 
             return unevaluable_result(str(self.workspace.problem), str(self.workspace.root),
                                       f"no {MODEL_NEW_FILE} yet; write it and its kernels first", self.workspace.device)
-        return self.pool.evaluate(self.workspace.problem, self.workspace.root, config)
+        # Never a shared reference: the agent writes each version after reading the last one's
+        # Result and log, so a batch's trial inputs would be knowable to it (reference_batch.py).
+        return self.pool.evaluate(self.workspace.problem, self.workspace.root,
+                                  dataclasses.replace(config, reference_batch=""))
 
     def _describe_failure(self, result: Result) -> str:
         lines = [result.status.upper()]

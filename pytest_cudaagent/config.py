@@ -212,6 +212,12 @@ class EvalConfig:
     # copy on torch/types.h.
     header_diet_lean: bool = True
     run_timeout_s: float = 300.0
+    # Candidates evaluated in one process with this same id share each problem's reference: its
+    # construction seed, weights and correctness inputs are drawn once, for the first of them
+    # (reference_batch.py; the timed calls' inputs stay fresh per candidate). Give an id only to
+    # candidates written before any of them is evaluated: one written after reading another's
+    # Result could know the trial inputs. "": every evaluation draws its own.
+    reference_batch: str = ""
     memory_cap_gb: float = 32.0  # host RSS of one child; the parent kills it beyond this
     policy: str = "strict"  # anti-hacking policy preset: "strict" (the paper) or "permissive"
     backend: str = "pytorch-default"  # a BACKEND_PRESETS name: settings everything is timed under

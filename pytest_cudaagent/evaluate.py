@@ -28,6 +28,8 @@ from .envinfo import collect_env
 from .fast_build import pch_dir, start_pch
 from .files import BadFileError, Candidate, check_candidate, check_problem, file_hash
 from .provenance import foreign_kernels
+from .reference_batch import KEEP_SET_BYTES, KeptReference, batch_key
+from .reference_batch import store as reference_store
 from .replies import ForbiddenReply
 from .result import Result, TimingStats, TrialResult, Violation
 from .reward import milestone_reward
@@ -81,6 +83,10 @@ class Evaluation:
         self._unrepeatable: dict[int, dict] = {}
         # Shared memory lent to the candidate's worker for one correctness call at a time.
         self._lent = SharedBufferPool()
+        # The reference's reply to "prepare" (its own, or a batch's kept one), once received.
+        self._prepared: dict | None = None
+        # A kept reference's CPU seconds before this evaluation (Result.profile["cpu.reference"]).
+        self._reference_cpu_before = 0.0
 
     # -- orchestration --------------------------------------------------------------------------
 
@@ -91,10 +97,14 @@ class Evaluation:
             static = scan_candidate(self.candidate)
         candidate_worker = reference_worker = None
         try:
-            with self._profiled("parent.spawn_reference"):
-                reference_worker = self._spawn_reference()
-            # The reference computes while the candidate starts and builds.
-            reference_worker.send(("prepare", self._set_count()))
+            kept = self._take_kept_reference()
+            if kept is None:
+                with self._profiled("parent.spawn_reference"):
+                    reference_worker = self._spawn_reference()
+                # The reference computes while the candidate starts and builds.
+                reference_worker.send(("prepare", self._set_count()))
+            else:
+                reference_worker = kept.worker
             if self.config.fast_build:
                 # Beside the candidate, not before it, and not waited for (fast_build.start_pch).
                 start_pch(self.candidate, self.config.cache_dir, self.device)
@@ -105,8 +115,9 @@ class Evaluation:
             result.profile["parent.start"] = time.perf_counter() - started
             self._phase("sandbox", lambda: self._note_sandbox(candidate_worker.receive(self.config.build_timeout_s,
                                                                                         label="start")))
-            reference = self._phase("reference", lambda: reference_worker.receive(
+            reference = self._phase("reference", lambda: kept.prepared if kept is not None else reference_worker.receive(
                 self.config.run_timeout_s, label="prepare"), worker=reference_worker, problem_side=True)
+            self._prepared = reference
             result.backend_settings = {"configured": reference["backend_settings"]}
             if self.config.timing:
                 self._ask_fresh_sets_ahead(reference_worker, reference)
@@ -118,9 +129,14 @@ class Evaluation:
             for sent, label in (("seconds", "candidate.built_after"), ("cpu_s", "cpu.candidate_build")):
                 if isinstance(built, dict) and isinstance(built.get(sent), (int, float)):
                     result.profile[label] = float(built[sent])
+            init_inputs, state_dict = reference["init_inputs"], reference["state_dict"]
+            if self.config.reference_batch:
+                # Copies: the candidate could write into what it is sent, and the next candidate
+                # of the batch is sent these weights too.
+                init_inputs = shared_copies(init_inputs)
+                state_dict = dict(zip(state_dict, shared_copies(list(state_dict.values())), strict=True))
             constructed = self._phase("construct", lambda: candidate_worker.request(
-                ("construct", reference["init_inputs"], reference["state_dict"], reference["seed"]),
-                self.config.run_timeout_s))
+                ("construct", init_inputs, state_dict, reference["seed"]), self.config.run_timeout_s))
             result.weights = constructed["weights"]
             trial_sets = reference["sets"][: self.config.trials]
             self._phase("correctness", lambda: self._check_trials(candidate_worker, reference_worker, trial_sets))
@@ -128,6 +144,7 @@ class Evaluation:
             if self._ok_so_far() and self.config.timing:
                 warm_sets = reference["sets"][self.config.trials:]
                 self._phase("timing", lambda: self._time_candidate(candidate_worker, reference_worker, warm_sets))
+                result.log = candidate_worker.log_tail()  # its log goes with it
                 candidate_worker.close()  # free its GPU memory before the baselines run
                 candidate_worker = None
                 if self._ok_so_far():
@@ -136,12 +153,18 @@ class Evaluation:
             self._finish_status()
         except _Stop:
             pass
+        except ProblemError:
+            self._prepared = None  # a reference that failed serves no one else
+            raise
         finally:
+            keep_reference = self._keepable(reference_worker)
             for side, worker in self._workers.items():
                 result.profile.update({f"{side}.{label}": seconds for label, seconds in worker.seconds.items()})
                 # CPU seconds of each side's process tree (the candidate's build included) and of
                 # this process: where an evaluation's compute goes, beside where its time goes.
                 cpu = worker.cpu_seconds()
+                if side == "reference" and self.config.reference_batch and cpu is not None:
+                    cpu -= self._reference_cpu_before  # a shared worker's earlier evaluations are theirs
                 if cpu is not None:
                     result.profile[f"cpu.{side}"] = cpu
                 # How each worker started: forked from the zygote, or spawned (and why, if the
@@ -152,13 +175,16 @@ class Evaluation:
             with self._profiled("parent.close"):
                 if candidate_worker is not None:
                     result.log = candidate_worker.log_tail()
-                workers = [worker for worker in (candidate_worker, reference_worker) if worker is not None]
+                workers = [worker for worker in (candidate_worker, reference_worker)
+                           if worker is not None and not (worker is reference_worker and keep_reference)]
                 for worker in workers:
                     worker.ask_to_exit()
                 for worker in workers:
                     worker.close()
                 if self.sandbox is not None:
                     self.sandbox.close()
+                if keep_reference:
+                    self._keep_reference(reference_worker)
             result.env.setdefault("sandbox", {"enabled": self.config.sandbox, "errors": ["the worker ended before entering it"]})
             with self._profiled("parent.tampering"):
                 self._check_tampering()
@@ -224,6 +250,47 @@ class Evaluation:
         spec = {"problem": str(self.problem), "device": self.device, "config": self.config.to_dict()}
         self._workers["reference"] = Worker(reference_main, spec, self.config.memory_cap_gb)
         return self._workers["reference"]
+
+    # -- a reference shared by a batch (reference_batch.py) ------------------------------------
+
+    def _batch_key(self) -> str:
+        return batch_key(self.config.reference_batch, self.problem, self.device, self.config.to_dict())
+
+    def _take_kept_reference(self) -> KeptReference | None:
+        if not self.config.reference_batch:
+            return None
+        kept = reference_store().take(self._batch_key())
+        if kept is None:
+            return None
+        kept.evaluations += 1
+        kept.worker.seconds = {}  # this evaluation's requests only (Result.profile)
+        kept.worker.cpu_s = None
+        self._reference_cpu_before = kept.worker.cpu_seconds() or 0.0
+        kept.worker.cpu_s = None
+        self._workers["reference"] = kept.worker
+        self._reference_evaluations = kept.evaluations
+        self.result.env["reference_shared"] = kept.evaluations
+        return kept
+
+    def _keepable(self, reference_worker: Worker | None) -> bool:
+        """Whether the reference can serve the batch's next candidate: it prepared, answered
+        everything asked of it (a fresh-set request still in flight is collected first), is
+        alive, and its sets are small enough to keep in memory."""
+        if not self.config.reference_batch or reference_worker is None or self._prepared is None:
+            return False
+        try:
+            self._collect_fresh_sets(reference_worker)
+        except (_Stop, BadFileError):
+            return False
+        if not reference_worker.process.is_alive():
+            return False
+        return sum(_set_bytes(content_set) for content_set in self._prepared["sets"]) <= KEEP_SET_BYTES
+
+    def _keep_reference(self, worker: Worker) -> None:
+        evaluations = getattr(self, "_reference_evaluations", 1)
+        self.result.env.setdefault("reference_shared", evaluations)
+        worker.cpu_s = None  # read afresh by the next evaluation
+        reference_store().keep(self._batch_key(), KeptReference(worker, self._prepared, evaluations))
 
     def _spawn_candidate(self) -> Worker:
         spec = {

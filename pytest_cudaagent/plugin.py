@@ -21,6 +21,7 @@ from .files import BadFileError
 from .gpu_pinning import pin_xdist_worker_to_gpu
 from .lifetime import die_with_parent_from_env
 from .pairing import Pair, pair_directory
+from .reference_batch import close_kept
 from .result import Result
 from .results_file import append_result, done_keys
 from .sandbox import SandboxUnavailable, require_sandbox
@@ -44,6 +45,7 @@ _OPTIONS = [
     ("--cudaagent-config", "cudaagent_config", None, "an EvalConfig as JSON (EvalConfig.to_dict) for the settings without an option of their own: timeouts, timing budgets, reward thresholds, cache dir; the options above still decide theirs"),
     ("--cudaagent-backend", "cudaagent_backend", "pytorch-default", BACKEND_HELP),
     ("--cudaagent-require-sandbox", "cudaagent_require_sandbox", False, "refuse to run (exit 2) unless candidates can be fully sandboxed here"),
+    ("--cudaagent-reference-batch", "cudaagent_reference_batch", "", "an id: candidates of one pytest worker with it share each problem's reference (construction seed, weights, correctness inputs: drawn once; timed inputs stay fresh). Only for candidates all written before any is evaluated (cudaagent bench gives each run its own)"),
     ("--cudaagent-fast-build", "cudaagent_fast_build", False, "build candidates through a shared precompiled torch/extension.h, made once per compiler, torch and flags (pays over many candidates: README, Builds)"),
 ]
 _FLAGS = {"--cudaagent-resume", "--cudaagent-no-timing", "--cudaagent-require-sandbox", "--cudaagent-fast-build"}
@@ -105,6 +107,7 @@ def config_from_pytest(config: pytest.Config) -> EvalConfig:
         backend=_setting(config, "--cudaagent-backend"),
         require_sandbox=bool(_setting(config, "--cudaagent-require-sandbox")),
         fast_build=bool(_setting(config, "--cudaagent-fast-build")) or base.fast_build,
+        reference_batch=str(_setting(config, "--cudaagent-reference-batch") or base.reference_batch),
     )
 
 
@@ -124,6 +127,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if asks_for_pairs and not _is_xdist_controller(config):
         # The workers' zygote imports torch while this process starts and collects (zygote.py).
         zygote.prestart()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # The batch is over: references kept for its next candidates end now, not at exit.
+    close_kept()
 
 
 def _is_xdist_controller(config: pytest.Config) -> bool:

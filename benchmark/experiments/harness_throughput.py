@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmark.batch import BatchSettings, resolve_device, run_batch
+from benchmark.experiments.harness_timeline import ARRIVALS_FILE, LOCK_LOG_FILE, ArrivalWatch
 from benchmark.experiments.throughput_templates import Variant, write_candidates
 from benchmark.kernelbench import EXAMPLES_PROBLEMS, load_flat
 from benchmark.solutions import pair_solutions
@@ -153,10 +154,19 @@ def run_sequential(manifest: Path, out: Path, device: str) -> None:
 
 def run_harness(pairs, work: Path, device: str, workers: int | None, console: Console) -> tuple[float, list]:
     os.environ.update(fresh_cache_env(work / "harness-caches"))
+    # The timing lock's holds and each Result's arrival: harness_timeline's input.
+    lock_log = work / LOCK_LOG_FILE
+    lock_log.unlink(missing_ok=True)
+    os.environ["CUDAAGENT_LOCK_LOG"] = str(lock_log)
     settings = BatchSettings(device=device, workers=workers, trials=CHECKS, baselines=("eager", "compile"))
-    began = time.perf_counter()
-    outcome = run_batch(pairs, work / "harness" / "results.jsonl", settings, console=console)
-    return time.perf_counter() - began, outcome
+    results_path = work / "harness" / "results.jsonl"
+    began, began_unix_ns = time.perf_counter(), time.time_ns()
+    with ArrivalWatch(results_path, began) as watch:
+        outcome = run_batch(pairs, results_path, settings, console=console)
+    wall_s = time.perf_counter() - began
+    (work / ARRIVALS_FILE).write_text(json.dumps({"began_unix_ns": began_unix_ns, "wall_s": wall_s,
+                                                  "arrivals": watch.arrivals}, indent=1))
+    return wall_s, outcome
 
 
 def run_sequential_process(pairs, work: Path, device: str) -> tuple[float, dict]:

@@ -40,6 +40,19 @@ def test_pytest_command_carries_the_settings(tmp_path, monkeypatch):
     assert "-p pytest_cudaagent.plugin" in disabled and "-p xdist.plugin" in disabled
 
 
+def test_each_run_shares_references_under_an_id_of_its_own(tmp_path):
+    """Every candidate file of a run exists before it starts, so a run is a batch
+    (EvalConfig.reference_batch); a fresh id per run, none with share_reference off."""
+
+    def batch_ids(settings: BatchSettings) -> list[str]:
+        command = pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, settings, "cpu", 1)
+        return [command[i + 1] for i, part in enumerate(command) if part == "--cudaagent-reference-batch"]
+
+    first, second = batch_ids(BatchSettings(device="cpu")), batch_ids(BatchSettings(device="cpu"))
+    assert len(first) == 1 and len(first[0]) == 32 and first != second
+    assert batch_ids(BatchSettings(device="cpu", share_reference=False)) == []
+
+
 def test_results_tail_waits_for_complete_lines_and_half_lines_are_closed(tmp_path):
     path = tmp_path / "results.jsonl"
     line = fake_result("/p/a.py", "/c/a.py").to_json()

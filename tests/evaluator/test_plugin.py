@@ -93,6 +93,19 @@ def test_config_file_sets_what_has_no_option_and_the_options_still_win(pytester,
     missing.stderr.fnmatch_lines(["*--cudaagent-config nowhere.json: no such file*"])
 
 
+def test_the_reference_batch_option_reaches_the_config(pytester, monkeypatch):
+    pytester.makepyfile("""
+        import os
+
+        def test_batch(cudaagent):
+            assert cudaagent.config.reference_batch == os.environ["EXPECT_BATCH"]
+    """)
+    monkeypatch.setenv("EXPECT_BATCH", "run-7")
+    pytester.runpytest_subprocess("--cudaagent-reference-batch", "run-7", *FAST).assert_outcomes(passed=1)
+    monkeypatch.setenv("EXPECT_BATCH", "")
+    pytester.runpytest_subprocess(*FAST).assert_outcomes(passed=1)
+
+
 def test_half_a_pair_of_options_is_a_usage_error(pytester):
     outcome = pytester.runpytest_subprocess("--cudaagent-problem", str(SMALL_LEAKY))
     assert outcome.ret == pytest.ExitCode.USAGE_ERROR

@@ -128,3 +128,25 @@ def test_compile_reports_the_compiler_error(toolbox):
     assert outcome.error and outcome.text.startswith("compile: FAILED")
     assert "kernels/broken.cpp:2" in outcome.text and "flaot" in outcome.text
     assert str(toolbox.workspace.root) not in outcome.text
+
+
+def test_the_agents_evaluations_never_share_a_reference(tmp_path):
+    """The agent writes each version after reading the last one's Result and log: sharing a batch's
+    trial inputs with it would let it answer them from memory (reference_batch.py)."""
+
+    class RecordingPool:
+        def __init__(self):
+            self.configs = []
+
+        def evaluate(self, problem, candidate, config):
+            self.configs.append(config)
+            return Result(str(problem), str(candidate), status="passed", passed=True, correct=True, reward=2.0)
+
+    workspace = Workspace.create(PROBLEM, tmp_path / "ws", "cpu")
+    (workspace.root / "model_new.py").write_text("class ModelNew: pass\n")
+    pool = RecordingPool()
+    toolbox = Toolbox(workspace, pool, ToolboxConfig(EvalConfig(device="cpu", reference_batch="a-batch")))
+    call(toolbox, "verify")
+    call(toolbox, "profile")
+    toolbox.evaluate_final()
+    assert len(pool.configs) == 3 and {config.reference_batch for config in pool.configs} == {""}
