@@ -9,7 +9,9 @@ the per-GPU lock (pytest_cudaagent.locks) keeps the timings one at a time.
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -19,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from pytest_cudaagent.config import resolve_device
+from pytest_cudaagent.gpu_pinning import visible_gpus
 from pytest_cudaagent.lifetime import PARENT_PID_ENV
 from pytest_cudaagent.pairing import Pair
 from pytest_cudaagent.result import Result
@@ -80,9 +82,39 @@ class BatchOutcome:
 
 
 def gpu_count() -> int:
+    """GPUs torch can use (imports torch: 5.5 s on the H100 machine, so a batch asks while its
+    pytest run starts, not before)."""
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def visible_gpu_count() -> int:
+    """GPUs the driver shows this process (NVML, CUDA_VISIBLE_DEVICES), without importing torch."""
+    return len(visible_gpus())
+
+
+def torch_built_with_cuda() -> bool:
+    """Whether the installed torch is a CUDA build, read from its version file without importing
+    it; imported if that file does not say."""
+    spec = importlib.util.find_spec("torch")
+    version_file = Path(spec.origin).parent / "version.py" if spec and spec.origin else None
+    if version_file is not None and version_file.is_file():
+        found = re.search(r"^cuda\b[^=\n]*=\s*(.+)$", version_file.read_text(), flags=re.MULTILINE)
+        if found:
+            return found.group(1).strip() != "None"
+    import torch
+
+    return torch.version.cuda is not None
+
+
+def batch_device(device: str) -> str:
+    """The device a batch runs on: as given, or for "auto" cuda when the driver shows a GPU and
+    torch is a CUDA build (what torch.cuda.is_available() would say, bar a broken driver, which
+    the check beside the run's start then reports)."""
+    if device != "auto":
+        return device
+    return "cuda" if visible_gpu_count() and torch_built_with_cuda() else "cpu"
 
 
 def default_workers(device: str, gpus: int, cpus: int) -> int:
@@ -138,10 +170,10 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
     if not todo:
         return outcome
 
-    device = resolve_device(settings.device)
-    if device == "cuda" and not gpu_count():
+    device = batch_device(settings.device)
+    if device == "cuda" and not visible_gpu_count():
         raise BatchError("--device cuda asked for, but no CUDA GPU is visible; use --device cpu")
-    workers = settings.workers or default_workers(device, gpu_count(), os.cpu_count() or 1)
+    workers = settings.workers or default_workers(device, visible_gpu_count(), os.cpu_count() or 1)
     outcome.workers = workers = max(1, min(workers, len(todo)))
 
     run_dir = results_path.parent / ".bench-run"
@@ -168,6 +200,10 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
         log.flush()
         process = subprocess.Popen(command, cwd=run_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
+            # torch's own view, while pytest starts: the driver can show a GPU torch cannot use.
+            if device == "cuda" and not gpu_count():
+                raise BatchError("--device cuda asked for, but torch sees no CUDA GPU (the driver shows "
+                                 f"{visible_gpu_count()}): install a CUDA build of torch, or use --device cpu")
             finished = follow(process, tail, len(todo), console)
         except BaseException:  # Ctrl-C, or SIGTERM through lifetime.stop_on_sigterm
             process.terminate()

@@ -13,20 +13,19 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from pytest_cudaagent.config import BASELINE_MODES, EvalConfig
+from pytest_cudaagent.config import BASELINE_MODES, EvalConfig, resolve_device
 from pytest_cudaagent.files import BadFileError
 from pytest_cudaagent.lifetime import stop_on_sigterm
 from pytest_cudaagent.sandbox import SandboxUnavailable, require_sandbox
 from pytest_cudaagent.user_paths import command_paths
 
-from .baselines import compare, geomean_ratio, time_baselines, to_json_record
 from .batch import (
     PYTEST_RAN,
     BatchError,
     BatchSettings,
+    batch_device,
     gpu_count,
     log_tail,
-    resolve_device,
     run_batch,
 )
 from .kernelbench import EXAMPLES_PROBLEMS, Problem, load_flat, load_kernelbench, select
@@ -128,7 +127,7 @@ def run_bench(args) -> int:
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers must be at least 1")
     problems = _problems(args, out_dir / "problems")
-    device = resolve_device(args.device)
+    device = batch_device(args.device)
     if args.candidates:
         candidates = Path(args.candidates)
     elif args.kernelbench or args.problems:
@@ -204,6 +203,9 @@ def run_leaderboard(args) -> int:
 
 @_handle
 def run_baselines(args) -> int:
+    # Here, not at the top: it loads torch, which `bench` and `leaderboard` never need in this process.
+    from .baselines import compare, geomean_ratio, time_baselines, to_json_record
+
     console, shown = Console(), args.paths.shown
     out_path = Path(args.out)
     modes = _baseline_modes(args.modes)

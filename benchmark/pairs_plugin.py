@@ -10,14 +10,23 @@ from pathlib import Path
 
 import pytest
 
+from pytest_cudaagent import zygote
 from pytest_cudaagent.pairing import Pair
-from pytest_cudaagent.plugin import CandidateItem
+from pytest_cudaagent.plugin import CandidateItem, is_xdist_controller
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.getgroup("cudaagent").addoption(
         "--bench-pairs", default=None,
         help="JSON manifest of pairs to evaluate: [{problem, candidate, sample}] (written by `cudaagent bench`)")
+
+
+@pytest.hookimpl(trylast=True)  # after the evaluator plugin's: the zygote starts pinned to its GPU
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("bench_pairs") and not is_xdist_controller(config):
+        # The zygote imports torch (about 10 s on the H100 machine, sixteen workers at once)
+        # while this worker starts, collects and waits for its first pair (zygote.py).
+        zygote.prestart()
 
 
 def write_manifest(path: Path, pairs: list[Pair]) -> None:

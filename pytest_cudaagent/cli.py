@@ -23,11 +23,18 @@ from .config import (
     TOLERANCE_PRESETS,
     EvalConfig,
 )
-from .evaluate import evaluate
 from .files import BadFileError
 from .result import Result
 from .sandbox import SandboxUnavailable
 from .user_paths import command_paths
+
+
+def evaluate(problem, candidate, config: EvalConfig) -> Result:
+    """The evaluation core, imported when a command evaluates (it loads torch; `bench` and
+    `leaderboard` never need it in this process)."""
+    from .evaluation import evaluate as evaluate_pair
+
+    return evaluate_pair(problem, candidate, config)
 
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 COMMANDS_GROUP = "cudaagent.commands"

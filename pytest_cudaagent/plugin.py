@@ -1,6 +1,7 @@
 """pytest plugin: one test item per (problem, candidate) pair, and a `cudaagent` fixture.
 
-Hooks and options only; the work is `pytest_cudaagent.evaluate`. Under pytest-xdist each worker
+Hooks and options only; the work is `pytest_cudaagent.evaluation`, imported only where an item
+runs (it loads torch: 5.5 s on the H100 machine, which xdist's controller never needs). Under pytest-xdist each worker
 is pinned to one GPU before CUDA starts, and timings take a per-GPU lock (locks.py).
 """
 
@@ -16,12 +17,10 @@ import pytest
 
 from . import zygote
 from .config import BACKEND_HELP, EvalConfig
-from .evaluate import evaluate
 from .files import BadFileError
 from .gpu_pinning import pin_xdist_worker_to_gpu
 from .lifetime import die_with_parent_from_env
 from .pairing import Pair, pair_directory
-from .reference_batch import close_kept
 from .result import Result
 from .results_file import append_result, done_keys
 from .sandbox import SandboxUnavailable, require_sandbox
@@ -124,17 +123,25 @@ def pytest_configure(config: pytest.Config) -> None:
     die_with_parent_from_env()
     config.addinivalue_line("markers", "cudaagent: a candidate kernel evaluated against its problem")
     asks_for_pairs = _setting(config, "--cudaagent-problem") or _setting(config, "--cudaagent-problems")
-    if asks_for_pairs and not _is_xdist_controller(config):
+    if asks_for_pairs and not is_xdist_controller(config):
         # The workers' zygote imports torch while this process starts and collects (zygote.py).
         zygote.prestart()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     # The batch is over: references kept for its next candidates end now, not at exit.
+    from .reference_batch import close_kept
+
     close_kept()
 
 
-def _is_xdist_controller(config: pytest.Config) -> bool:
+def evaluate(problem, candidate, config: EvalConfig) -> Result:
+    from .evaluation import evaluate as evaluate_pair
+
+    return evaluate_pair(problem, candidate, config)
+
+
+def is_xdist_controller(config: pytest.Config) -> bool:
     """The process that hands items to xdist workers (it evaluates nothing itself)."""
     return not os.environ.get("PYTEST_XDIST_WORKER") and bool(getattr(config.option, "numprocesses", None))
 

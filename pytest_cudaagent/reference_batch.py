@@ -23,9 +23,12 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .channel import Worker
 from .files import file_hash
+
+if TYPE_CHECKING:  # channel imports torch; the plugin closes kept references without it
+    from .channel import Worker
 
 # References kept per process at a time (the least recently used one is closed first): a batch
 # usually interleaves a few problems per worker, and each kept one holds a CUDA context.

@@ -18,6 +18,7 @@ have). `CUDAAGENT_ZYGOTE=0` spawns every worker fresh instead, as before (and on
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import pickle
 import select
@@ -196,9 +197,10 @@ def _end_idle(keep: _Zygote) -> None:
 
 class _Zygote:
     def __init__(self):
-        import torch.multiprocessing as torch_mp
-
-        context = torch_mp.get_context("spawn")
+        # The standard library's: torch's own would import torch here first (5.5 s on the H100
+        # machine) before the zygote could start importing it; nothing but bytes and descriptors
+        # cross this pipe.
+        context = multiprocessing.get_context("spawn")
         self.control, child_end = context.Pipe()
         self.process = context.Process(target=_zygote_main, args=(child_end, PRELOAD), daemon=True,
                                        name="cudaagent-zygote")

@@ -25,7 +25,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from benchmark.batch import BatchSettings, resolve_device, run_batch
+from benchmark.batch import BatchSettings, batch_device, run_batch
 from benchmark.experiments.harness_timeline import ARRIVALS_FILE, LOCK_LOG_FILE, ArrivalWatch
 from benchmark.experiments.throughput_templates import Variant, write_candidates
 from benchmark.kernelbench import EXAMPLES_PROBLEMS, load_flat
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the tables as JSON to this file")
     parser.add_argument("--sequential", nargs=2, metavar=("MANIFEST", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    device = resolve_device(args.device)
+    device = batch_device(args.device)
     if args.sequential:
         run_sequential(Path(args.sequential[0]), Path(args.sequential[1]), device)
         return 0

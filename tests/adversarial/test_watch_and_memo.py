@@ -10,7 +10,7 @@ import torch
 
 from pytest_cudaagent import EvalConfig, evaluate
 from pytest_cudaagent.config import DEFAULT_TOLERANCES, TimingConfig
-from pytest_cudaagent.evaluate import judge_checked_call
+from pytest_cudaagent.evaluation import judge_checked_call
 from tests.helpers import PROBLEMS, QUICK_TIMING, TEST_PROBLEMS, cpu_config, outcomes
 
 HERE = Path(__file__).parent / "memo_candidates"
@@ -58,7 +58,7 @@ def test_a_fallback_taken_only_when_unwatched_is_timing_inconsistent_on_the_gpu(
 def test_the_cpu_watched_time_rule_flags_only_gaps_the_watch_cannot_explain():
     """On the CPU the rule is off by default (the Python-level watch's cost swings with load,
     config.py); set, it flags only gaps the watch cannot explain. Numbers measured on the CI box."""
-    from pytest_cudaagent.evaluate import watched_time_violation
+    from pytest_cudaagent.evaluation import watched_time_violation
 
     assert watched_time_violation(1.0, [690.0, 710.0, 705.0], 6, 400, TimingConfig()) is None  # off
     timing = TimingConfig(cpu_inconsistent_fraction=0.01)

@@ -171,3 +171,82 @@ def test_bench_makes_the_shared_header_unless_told_not_to(tmp_path, monkeypatch)
     run_cli(arguments)
     run_cli([*arguments, "--no-fast-build"])
     assert seen == [True, False]
+
+
+def test_the_device_is_found_without_importing_torch(tmp_path, monkeypatch):
+    """`auto` is cuda when the driver shows a GPU and the installed torch is a CUDA build, read
+    from torch's version file (importing torch takes 5.5 s on the H100 machine)."""
+    from benchmark import batch
+
+    monkeypatch.setattr(batch, "visible_gpus", lambda: [])
+    assert batch.batch_device("auto") == "cpu" and batch.batch_device("cuda") == "cuda"
+    monkeypatch.setattr(batch, "visible_gpus", lambda: ["0"])
+    monkeypatch.setattr(batch, "torch_built_with_cuda", lambda: True)
+    assert batch.batch_device("auto") == "cuda"
+    monkeypatch.setattr(batch, "torch_built_with_cuda", lambda: False)
+    assert batch.batch_device("auto") == "cpu"  # a CPU build of torch on a machine with a GPU
+
+
+@pytest.mark.parametrize(("line", "built_with_cuda"), [("cuda: Optional[str] = '13.0'", True),
+                                                        ("cuda: Optional[str] = None", False),
+                                                        ("cuda = '12.8'", True)])
+def test_torchs_cuda_build_is_read_from_its_version_file(tmp_path, monkeypatch, line, built_with_cuda):
+    import importlib.machinery
+    import importlib.util
+
+    from benchmark import batch
+
+    package = tmp_path / "torch"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "version.py").write_text(f"__version__ = '2.11.0'\ndebug = False\n{line}\ngit_version = 'x'\n")
+    spec = importlib.machinery.ModuleSpec("torch", None, origin=str(package / "__init__.py"))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
+    assert batch.torch_built_with_cuda() is built_with_cuda
+
+
+def test_torch_that_sees_no_gpu_stops_the_run_while_it_starts(tmp_path, monkeypatch):
+    """The driver shows a GPU, torch cannot use it: asked while pytest starts, and the run ends
+    with a message saying what to do."""
+    from benchmark import batch
+
+    monkeypatch.setattr(batch, "visible_gpus", lambda: ["0"])
+    monkeypatch.setattr(batch, "gpu_count", lambda: 0)
+    started = []
+    real_popen = batch.subprocess.Popen
+
+    def popen(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(batch.subprocess, "Popen", popen)
+    problem = tmp_path / "p.py"
+    problem.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\n"
+                       "def get_inputs():\n    return []\ndef get_init_inputs():\n    return []\n")
+    candidate = write_candidate(tmp_path / "c" / "p.py", "x")
+    from pytest_cudaagent.pairing import Pair
+
+    with pytest.raises(batch.BatchError, match="torch sees no CUDA GPU .*install a CUDA build of torch, or use --device cpu"):
+        batch.run_batch([Pair(problem, candidate)], tmp_path / "out" / "results.jsonl", BatchSettings(device="cuda"))
+    assert started and started[0].poll() is not None  # the pytest run it had started was ended
+
+
+def test_the_processes_that_only_dispatch_never_import_torch():
+    """xdist's controller and the `cudaagent` CLI's parent load the plugin, the batch runner and
+    the commands without torch; `from pytest_cudaagent import evaluate` is still the function,
+    even after the evaluation core was imported under its own name."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import pytest_cudaagent.plugin, pytest_cudaagent.cli, benchmark.pairs_plugin, benchmark.batch, benchmark.cli\n"
+            "import benchmark.commands, pytest_cudaagent.reference_batch\n"
+            "from pytest_cudaagent import zygote\n"
+            "zygote.prestart()  # the zygote imports torch in its own process\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n"
+            "import pytest_cudaagent.evaluation\n"
+            "from pytest_cudaagent import evaluate, ProblemError\n"
+            "assert callable(evaluate) and evaluate.__module__ == 'pytest_cudaagent.evaluation', evaluate\n"
+            "assert issubclass(ProblemError, Exception)\n")
+    finished = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert finished.returncode == 0, finished.stderr

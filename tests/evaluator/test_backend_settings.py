@@ -24,7 +24,7 @@ from pytest_cudaagent.backend_settings import (
 from pytest_cudaagent.baseline_cache import BaselineCache
 from pytest_cudaagent.baseline_spread import steadiest, unstable_warning
 from pytest_cudaagent.config import TimingConfig
-from pytest_cudaagent.evaluate import Evaluation
+from pytest_cudaagent.evaluation import Evaluation
 from pytest_cudaagent.files import check_candidate
 from pytest_cudaagent.provenance import precision_flags
 from pytest_cudaagent.result import Result, TimingStats, Violation

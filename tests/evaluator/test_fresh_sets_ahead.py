@@ -1,5 +1,5 @@
 """The timed calls' fresh sets are asked of the reference ahead, while the candidate builds and
-runs its trials (evaluate.py, _ask_fresh_sets_ahead): the guess comes from the reference's own
+runs its trials (evaluation.py, _ask_fresh_sets_ahead): the guess comes from the reference's own
 call time, a faster candidate gets the rest drawn after its warm-up, every set is handed out once,
 and replies are taken in request order."""
 
@@ -8,7 +8,7 @@ import itertools
 import torch
 
 from pytest_cudaagent import EvalConfig, TimingConfig
-from pytest_cudaagent.evaluate import Evaluation
+from pytest_cudaagent.evaluation import Evaluation
 from pytest_cudaagent.files import check_candidate
 from pytest_cudaagent.timer import fresh_call_count
 from tests.helpers import CPU_CANDIDATES, PROBLEMS

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from pytest_cudaagent import evaluate
-from pytest_cudaagent.evaluate import Evaluation
+from pytest_cudaagent.evaluation import Evaluation
 from pytest_cudaagent.outside_kill import RULE, killed_from_outside
 from tests.helpers import TEST_CANDIDATES, TEST_PROBLEMS, cpu_config
 

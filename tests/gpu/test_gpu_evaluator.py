@@ -111,3 +111,24 @@ def test_inputs_are_drawn_on_the_gpu_unless_get_inputs_needs_the_host(tmp_path, 
     candidate.write_text(_ADDS.format(value=drawn_on_gpu))
     result = evaluate(problem, candidate, EvalConfig(device="cuda", timing=False, policy="permissive"))
     assert result.status == "passed", result.summary() + result.log
+
+
+def test_a_batch_shares_the_reference_on_the_gpu():
+    """Three bundled leaky ReLU evaluations under one batch id (reference_batch.py): the second and
+    third use the first's reference worker, its CUDA context and prepared sets, and still pass and
+    are timed on inputs of their own; a vandal in between (it zeroes what it was sent) changes
+    nothing for the next."""
+    from pytest_cudaagent.reference_batch import close_kept
+    from tests.helpers import TEST_CANDIDATES
+
+    config = EvalConfig(device="cuda", reference_batch="gpu-batch", baselines=("eager",))
+    try:
+        first = evaluate(PROBLEMS / "leaky_relu.py", CUDA_CANDIDATES / "leaky_relu.py", config)
+        vandal = evaluate(PROBLEMS / "leaky_relu.py", TEST_CANDIDATES / "zeroes_shared_memory_leaky.py", config)
+        third = evaluate(PROBLEMS / "leaky_relu.py", CUDA_CANDIDATES / "leaky_relu.py", config)
+    finally:
+        close_kept()
+    assert first.status == "passed" and third.status == "passed", first.summary() + third.summary()
+    assert vandal.status != "passed"
+    assert [first.env["reference_shared"], vandal.env["reference_shared"], third.env["reference_shared"]] == [1, 2, 3]
+    assert third.timing["candidate"].median_ms > 0 and "reference.prepare" not in third.profile

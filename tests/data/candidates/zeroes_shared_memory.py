@@ -1,7 +1,7 @@
 """Test candidate: zeroes every shared-memory tensor its process can reach (what it was sent:
 weights, init inputs, input sets) when constructed and at every call, then answers with the
 reference's Linear + ReLU. In a batch sharing the reference, the next candidate must not see any
-of it (evaluate.py sends each candidate copies)."""
+of it (evaluation.py sends each candidate copies)."""
 
 import gc
 
