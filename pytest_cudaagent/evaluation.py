@@ -96,6 +96,7 @@ class Evaluation:
         with self._profiled("parent.scan"):
             static = scan_candidate(self.candidate)
         candidate_worker = reference_worker = None
+        ended = False
         try:
             # The candidate first: its build is the longest step, and on a busy GPU machine each
             # new process waits its turn for a CUDA context (the reference's can come later).
@@ -153,13 +154,15 @@ class Evaluation:
                     self._phase("baselines", lambda: self._time_baselines(reference_worker),
                                 worker=reference_worker, problem_side=True)
             self._finish_status()
+            ended = True
         except _Stop:
-            pass
+            ended = True
         except ProblemError:
             self._prepared = None  # a reference that failed serves no one else
             raise
         finally:
-            keep_reference = self._keepable(reference_worker)
+            # Kept only after a verdict: not on the way out of an interrupt or a crash of ours.
+            keep_reference = ended and self._keepable(reference_worker)
             for side, worker in self._workers.items():
                 result.profile.update({f"{side}.{label}": seconds for label, seconds in worker.seconds.items()})
                 # CPU seconds of each side's process tree (the candidate's build included) and of
