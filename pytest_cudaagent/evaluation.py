@@ -85,8 +85,10 @@ class Evaluation:
         self._lent = SharedBufferPool()
         # The reference's reply to "prepare" (its own, or a batch's kept one), once received.
         self._prepared: dict | None = None
-        # A kept reference's CPU seconds before this evaluation (Result.profile["cpu.reference"]).
+        # A kept reference's CPU seconds before this evaluation (Result.profile["cpu.reference"]),
+        # and how many evaluations of the batch have used it, this one included.
         self._reference_cpu_before = 0.0
+        self._reference_evaluations = 1
 
     # -- orchestration --------------------------------------------------------------------------
 
@@ -274,6 +276,7 @@ class Evaluation:
         kept.worker.cpu_s = None
         self._workers["reference"] = kept.worker
         self._reference_evaluations = kept.evaluations
+        self._prepared = kept.prepared  # goes back to the store even if this candidate stops early
         self.result.env["reference_shared"] = kept.evaluations
         return kept
 
@@ -292,10 +295,9 @@ class Evaluation:
         return sum(_set_bytes(content_set) for content_set in self._prepared["sets"]) <= KEEP_SET_BYTES
 
     def _keep_reference(self, worker: Worker) -> None:
-        evaluations = getattr(self, "_reference_evaluations", 1)
-        self.result.env.setdefault("reference_shared", evaluations)
+        self.result.env.setdefault("reference_shared", self._reference_evaluations)
         worker.cpu_s = None  # read afresh by the next evaluation
-        reference_store().keep(self._batch_key(), KeptReference(worker, self._prepared, evaluations))
+        reference_store().keep(self._batch_key(), KeptReference(worker, self._prepared, self._reference_evaluations))
 
     def _spawn_candidate(self) -> Worker:
         spec = {
