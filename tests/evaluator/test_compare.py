@@ -188,3 +188,18 @@ def test_identical_outputs_are_judged_without_the_element_wise_pass(monkeypatch)
     assert result.correct and result.mismatches == 0 and result.numel == 1000 and result.max_abs_error == 0.0
     with pytest.raises(AssertionError, match="element-wise"):  # one ulp off: the element-wise way
         compare.compare_outputs(0, [want], [want + 1e-6])
+
+
+def test_a_reference_rerun_is_the_same_answer_only_when_exactly_equal():
+    """worker.same_as_recorded: the fast path of the reference's rerun of a failed trial; anything
+    but exact equality goes the tolerance's way, as before."""
+    from pytest_cudaagent.worker import same_as_recorded
+
+    recorded = [torch.tensor([1.0, float("nan"), float("inf")]), 3]
+    assert same_as_recorded(recorded, [recorded[0].clone(), 3])
+    assert not same_as_recorded(recorded, [torch.tensor([1.0, float("nan"), 2.0]), 3])
+    assert not same_as_recorded(recorded, [recorded[0].clone()])
+    assert not same_as_recorded(recorded, [recorded[0].double(), 3])
+    assert not same_as_recorded(recorded, [recorded[0].clone(), 4])
+    assert not same_as_recorded(recorded, [[1.0, float("nan"), float("inf")], 3])
+    assert not same_as_recorded([recorded[0]], [recorded[0] + 1e-7])
