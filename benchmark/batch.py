@@ -31,8 +31,14 @@ from .pairs_plugin import write_manifest
 from .progress import ResultsTail, follow
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# Each nvcc/c++ build of one extension keeps about two cores busy (ninja: the .cu and the .cpp).
-CORES_PER_BUILD = 2
+# A cold build keeps about one core busy on a busy GPU machine (the lean .cu's nvcc chain, the
+# binding beside it, split_nvcc off under load): 20 candidates on the 16-core H100 machine took
+# 98 s with 12 workers and 96 s with 16, the same code on one machine (8 workers, measured only
+# with earlier code: 175 s; README, "Harness throughput").
+CORES_PER_BUILD = 1
+# Workers per GPU at most: each holds a CUDA context for itself and each of its two worker
+# processes, and 16 per H100 is as far as it was measured.
+WORKERS_PER_GPU_AT_MOST = 16
 # pytest's exit codes for "every item ran" (1: some candidates failed, which is a normal outcome).
 PYTEST_RAN = (0, 1)
 
@@ -118,11 +124,13 @@ def batch_device(device: str) -> str:
 
 
 def default_workers(device: str, gpus: int, cpus: int) -> int:
-    """Two workers per GPU at least; more while spare cores can each take another build."""
+    """Two workers per GPU at least; more while spare cores can each take another build, up to
+    WORKERS_PER_GPU_AT_MOST per GPU."""
     if device == "cuda":
-        return max(2 * max(gpus, 1), cpus // CORES_PER_BUILD)
+        gpus = max(gpus, 1)
+        return max(2 * gpus, min(cpus // CORES_PER_BUILD, WORKERS_PER_GPU_AT_MOST * gpus))
     # On the CPU backend builds and timings share the cores: keep one build beside the timing.
-    return max(1, min(2, cpus // CORES_PER_BUILD))
+    return max(1, min(2, cpus // 2))
 
 
 def pytest_command(manifest: Path, results_path: Path, run_dir: Path, settings: BatchSettings,

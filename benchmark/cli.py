@@ -65,7 +65,7 @@ def register_bench(subparsers) -> None:
     parser.add_argument("--resume", action="store_true", help="skip pairs already in OUT/results.jsonl")
     parser.add_argument("--overwrite", action="store_true", help="discard OUT/results.jsonl and start again")
     parser.add_argument("--workers", type=int, metavar="N",
-                        help="pytest-xdist workers (default: 2 per GPU, more while CPU cores can take builds)")
+                        help="pytest-xdist workers (default: one per CPU core, at least 2 and at most 16 per GPU)")
     parser.add_argument("--trials", type=int, default=5, help="correctness trials per candidate (default 5)")
     parser.add_argument("--baselines", default="eager,compile",
                         help="baselines to time once per problem: eager, compile, max-autotune (comma-separated)")

@@ -14,8 +14,10 @@ from .bench_helpers import fake_result, make_kernelbench_tree, run_cli, write_ca
 
 
 def test_default_workers_leave_builds_room_beside_each_gpu_timing():
-    assert default_workers("cuda", gpus=1, cpus=16) == 8
-    assert default_workers("cuda", gpus=8, cpus=16) == 16  # at least two per GPU
+    assert default_workers("cuda", gpus=1, cpus=16) == 16  # a build per core (measured on the H100 machine)
+    assert default_workers("cuda", gpus=1, cpus=64) == 16  # at most 16 per GPU
+    assert default_workers("cuda", gpus=2, cpus=64) == 32
+    assert default_workers("cuda", gpus=8, cpus=8) == 16  # at least two per GPU
     assert default_workers("cpu", gpus=0, cpus=2) == 1
     assert default_workers("cpu", gpus=0, cpus=32) == 2
 
