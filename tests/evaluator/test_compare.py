@@ -203,3 +203,26 @@ def test_a_reference_rerun_is_the_same_answer_only_when_exactly_equal():
     assert not same_as_recorded(recorded, [recorded[0].clone(), 4])
     assert not same_as_recorded(recorded, [[1.0, float("nan"), float("inf")], 3])
     assert not same_as_recorded([recorded[0]], [recorded[0] + 1e-7])
+
+
+def test_a_wrong_chunk_of_finite_numbers_counts_as_the_long_way_does():
+    """compare._chunk_errors: a chunk of finite numbers outside the tolerance takes a short path;
+    it must report what the long way (non-finite values among them) reports for the same numbers."""
+    from pytest_cudaagent.compare import _chunk_errors
+    from pytest_cudaagent.config import Tolerance
+
+    torch.manual_seed(3)
+    tolerance = Tolerance(1e-2, 1e-2)
+    want = torch.randn(4096)
+    got = want.clone()
+    got[::3] += torch.rand(1366) * 0.05  # some inside, some outside the bound
+    got[7] = want[7]
+    short = _chunk_errors(want, got, tolerance)
+    # The same numbers plus one NaN meeting a NaN, which only the long way handles and which
+    # changes none of the counts.
+    want_nan, got_nan = torch.cat([want, torch.tensor([float("nan")])]), torch.cat([got, torch.tensor([float("nan")])])
+    long = _chunk_errors(want_nan, got_nan, tolerance)
+    assert short[2] == long[2] and short[2] > 0
+    assert short[0] == pytest.approx(long[0]) and short[1] == pytest.approx(long[1])
+    expected_bad = int(((got - want).abs() > want.abs() * 1e-2 + 1e-2).sum())
+    assert short[2] == expected_bad
