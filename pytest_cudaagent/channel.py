@@ -198,10 +198,11 @@ class Worker:
         once, the first time it is asked or when the worker is closed, and kept; None if the
         worker had ended by then."""
         if self.cpu_s is None:
-            self.cpu_s = self._read_cpu_seconds()
+            self.cpu_s = self.read_cpu_seconds()
         return self.cpu_s
 
-    def _read_cpu_seconds(self) -> float | None:
+    def read_cpu_seconds(self) -> float | None:
+        """The process tree's CPU seconds now (not kept; cpu_seconds keeps its first reading)."""
         try:
             tree = self._process_tree()
         except (psutil.Error, ValueError):

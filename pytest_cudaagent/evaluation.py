@@ -271,9 +271,7 @@ class Evaluation:
             return None
         kept.evaluations += 1
         kept.worker.seconds = {}  # this evaluation's requests only (Result.profile)
-        kept.worker.cpu_s = None
-        self._reference_cpu_before = kept.worker.cpu_seconds() or 0.0
-        kept.worker.cpu_s = None
+        self._reference_cpu_before = kept.worker.read_cpu_seconds() or 0.0
         self._workers["reference"] = kept.worker
         self._reference_evaluations = kept.evaluations
         self._prepared = kept.prepared  # goes back to the store even if this candidate stops early

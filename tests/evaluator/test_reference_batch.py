@@ -57,6 +57,8 @@ def test_a_batch_shares_weights_and_trial_inputs_but_not_timed_inputs():
     # The second evaluation started no reference of its own and prepared nothing.
     assert "parent.spawn_reference" not in second.profile and "reference.prepare" not in second.profile
     assert "reference.prepare" in first.profile
+    # Its CPU seconds are its own share of the kept worker's, not the first evaluation's too.
+    assert 0 <= second.profile["cpu.reference"] < first.profile["cpu.reference"]
 
 
 def test_what_a_candidate_writes_into_what_it_was_sent_does_not_reach_the_next():
