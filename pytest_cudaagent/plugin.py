@@ -1,8 +1,9 @@
 """pytest plugin: one test item per (problem, candidate) pair, and a `cudaagent` fixture.
 
 Hooks and options only; the work is `pytest_cudaagent.evaluation`, imported only where an item
-runs (it loads torch: 5.5 s on the H100 machine, which xdist's controller never needs). Under pytest-xdist each worker
-is pinned to one GPU before CUDA starts, and timings take a per-GPU lock (locks.py).
+runs (it loads torch: 5.5 s on the H100 machine, which xdist's controller never needs). Under
+pytest-xdist each worker is pinned to one GPU before CUDA starts, and timings take a per-GPU lock
+(locks.py).
 """
 
 from __future__ import annotations
@@ -136,6 +137,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def evaluate(problem, candidate, config: EvalConfig) -> Result:
+    """The evaluation core's `evaluate`, imported on the first item (not in xdist's controller)."""
     from .evaluation import evaluate as evaluate_pair
 
     return evaluate_pair(problem, candidate, config)
