@@ -177,7 +177,15 @@ run_section() {
                      while kill -0 "$(cat /tmp/throughput/sequential.pid)" 2>/dev/null && [ "$waited" -lt "${WAIT_S:-100000}" ]; do
                        sleep 5; waited=$((waited + 5))
                      done
-                     kill -0 "$(cat /tmp/throughput/sequential.pid)" 2>/dev/null && echo "still running after ${waited} s" || echo "sequential loop done"
+                     if kill -0 "$(cat /tmp/throughput/sequential.pid)" 2>/dev/null; then
+                       echo "still running after ${waited} s"
+                     else
+                       echo "sequential loop done"
+                       # Reported at once: the machine (and /tmp/throughput) may be gone before another call.
+                       python3 -m benchmark.experiments.harness_throughput --device cuda --work /tmp/throughput --phase report \
+                         --json "$OUT/throughput.json" | grep -v "━" | tail -8
+                       cp /tmp/throughput/walls.json /tmp/throughput/sequential.json "$OUT/" 2>/dev/null
+                     fi
                      tail -3 /tmp/throughput/sequential.log ;;
     throughput-report) python3 -m benchmark.experiments.harness_throughput --device cuda --work /tmp/throughput --phase report \
                          --json "$OUT/throughput.json" ;;
