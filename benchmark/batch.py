@@ -114,13 +114,14 @@ def torch_built_with_cuda() -> bool:
     return torch.version.cuda is not None
 
 
-def batch_device(device: str) -> str:
-    """The device a batch runs on: as given, or for "auto" cuda when the driver shows a GPU and
-    torch is a CUDA build (what torch.cuda.is_available() would say, bar a broken driver, which
-    the check beside the run's start then reports)."""
+def batch_device(device: str, gpus: int | None = None) -> str:
+    """The device a batch runs on: as given, or for "auto" cuda when the driver shows a GPU (`gpus`
+    of them, counted here if not given) and torch is a CUDA build (what torch.cuda.is_available()
+    would say, bar a broken driver, which the check beside the run's start then reports)."""
     if device != "auto":
         return device
-    return "cuda" if visible_gpu_count() and torch_built_with_cuda() else "cpu"
+    gpus = visible_gpu_count() if gpus is None else gpus
+    return "cuda" if gpus and torch_built_with_cuda() else "cpu"
 
 
 def default_workers(device: str, gpus: int, cpus: int) -> int:
@@ -178,10 +179,11 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
     if not todo:
         return outcome
 
-    device = batch_device(settings.device)
-    if device == "cuda" and not visible_gpu_count():
+    gpus = visible_gpu_count()  # NVML, once
+    device = batch_device(settings.device, gpus)
+    if device == "cuda" and not gpus:
         raise BatchError("--device cuda asked for, but no CUDA GPU is visible; use --device cpu")
-    workers = settings.workers or default_workers(device, visible_gpu_count(), os.cpu_count() or 1)
+    workers = settings.workers or default_workers(device, gpus, os.cpu_count() or 1)
     outcome.workers = workers = max(1, min(workers, len(todo)))
 
     run_dir = results_path.parent / ".bench-run"
@@ -211,7 +213,7 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
             # torch's own view, while pytest starts: the driver can show a GPU torch cannot use.
             if device == "cuda" and not gpu_count():
                 raise BatchError("--device cuda asked for, but torch sees no CUDA GPU (the driver shows "
-                                 f"{visible_gpu_count()}): install a CUDA build of torch, or use --device cpu")
+                                 f"{gpus}): install a CUDA build of torch, or use --device cpu")
             finished = follow(process, tail, len(todo), console)
         except BaseException:  # Ctrl-C, or SIGTERM through lifetime.stop_on_sigterm
             process.terminate()

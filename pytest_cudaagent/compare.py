@@ -155,16 +155,15 @@ def _chunk_errors(want: torch.Tensor, got: torch.Tensor, tolerance: Tolerance):
     diff = (got - want).abs_()
     magnitude = want.abs()
     bound = magnitude * tolerance.rtol + tolerance.atol
-    if bool((diff <= bound).all()):
-        worst = float(diff.max())
-        if math.isfinite(worst):
-            return worst, float(diff.div_(magnitude.clamp_min_(max(tolerance.atol, 1e-12))).max()), 0
-    # A wrong chunk of finite numbers (a finite difference means both sides are finite): an
+    within = bool((diff <= bound).all())
+    # Also a wrong chunk of finite numbers (a finite difference means both sides are finite): an
     # element is wrong exactly when its difference exceeds the bound, so the long way below
     # would count the same with twice the operations (a wrong 16M-element output: 1,024 chunks).
-    if bool(diff.isfinite().all()):
-        bad = int((diff > bound).sum())
-        return float(diff.max()), float(diff.div_(magnitude.clamp_min_(max(tolerance.atol, 1e-12))).max()), bad
+    if within or bool(diff.isfinite().all()):
+        worst = float(diff.max())
+        if math.isfinite(worst):
+            bad = 0 if within else int((diff > bound).sum())
+            return worst, float(diff.div_(magnitude.clamp_min_(max(tolerance.atol, 1e-12))).max()), bad
     # The long way, on the same differences: non-finite elements are judged apart below. Only
     # element-wise ops and reductions, which stay serial below the grain size: boolean-mask
     # indexing (`got[outside]`) starts a parallel region at any size, and with half of a 16M

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import statistics
 import time
 from pathlib import Path
@@ -170,7 +171,7 @@ class Evaluation:
                 # CPU seconds of each side's process tree (the candidate's build included) and of
                 # this process: where an evaluation's compute goes, beside where its time goes.
                 cpu = worker.cpu_seconds()
-                if side == "reference" and self.config.reference_batch and cpu is not None:
+                if side == "reference" and cpu is not None:
                     cpu -= self._reference_cpu_before  # a shared worker's earlier evaluations are theirs
                 if cpu is not None:
                     result.profile[f"cpu.{side}"] = cpu
@@ -260,13 +261,16 @@ class Evaluation:
 
     # -- a reference shared by a batch (reference_batch.py) ------------------------------------
 
+    @functools.cached_property
     def _batch_key(self) -> str:
+        """Computed once (it hashes the problem file): the key a reference is taken by is the one
+        it is kept under."""
         return batch_key(self.config.reference_batch, self.problem, self.device, self.config.to_dict())
 
     def _take_kept_reference(self) -> KeptReference | None:
         if not self.config.reference_batch:
             return None
-        kept = reference_store().take(self._batch_key())
+        kept = reference_store().take(self._batch_key)
         if kept is None:
             return None
         kept.evaluations += 1
@@ -295,7 +299,7 @@ class Evaluation:
     def _keep_reference(self, worker: Worker) -> None:
         self.result.env.setdefault("reference_shared", self._reference_evaluations)
         worker.cpu_s = None  # read afresh by the next evaluation
-        reference_store().keep(self._batch_key(), KeptReference(worker, self._prepared, self._reference_evaluations))
+        reference_store().keep(self._batch_key, KeptReference(worker, self._prepared, self._reference_evaluations))
 
     def _spawn_candidate(self) -> Worker:
         spec = {
