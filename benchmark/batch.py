@@ -69,6 +69,9 @@ class BatchSettings:
     # Candidates of the run share each problem's reference within a worker (EvalConfig.reference_batch,
     # a fresh id per run): every candidate file exists before the run starts, so none can know it.
     share_reference: bool = True
+    # A worker's next candidate starts (sandbox, build) once its current one has built, while that
+    # one is checked and timed (pytest_cudaagent.start_ahead).
+    start_ahead: bool = True
 
 
 @dataclass
@@ -159,6 +162,8 @@ def pytest_command(manifest: Path, results_path: Path, run_dir: Path, settings: 
         command.append("--cudaagent-fast-build")
     if settings.share_reference:
         command += ["--cudaagent-reference-batch", uuid.uuid4().hex]
+    if settings.start_ahead:
+        command.append("--cudaagent-start-ahead")
     if settings.config_file is not None:
         command += ["--cudaagent-config", str(settings.config_file)]
     return command

@@ -84,6 +84,10 @@ def register_bench(subparsers) -> None:
                         help="draw each candidate's own reference (seed, weights, correctness inputs) instead of "
                              "one per problem shared by the run's candidates in a worker (README, Where an "
                              "evaluation's time goes)")
+    parser.add_argument("--no-start-ahead", action="store_true",
+                        help="start each candidate's build only when its own evaluation begins, not while the "
+                             "worker's previous candidate is checked and timed (README, Where an evaluation's "
+                             "time goes)")
     parser.set_defaults(func=_handler("run_bench"), path_args=(*PROBLEM_PATHS, "candidates", "out"))
 
 

@@ -151,7 +151,8 @@ def run_bench(args) -> int:
                              baselines=_baseline_modes(args.baselines), timing=not args.no_timing,
                              policy=args.policy, tolerance=args.tolerance, convention=args.convention,
                              backend=args.backend, require_sandbox=args.require_sandbox,
-                             fast_build=not args.no_fast_build, share_reference=not args.no_shared_reference)
+                             fast_build=not args.no_fast_build, share_reference=not args.no_shared_reference,
+                             start_ahead=not args.no_start_ahead)
     console.print(f"bench: {len(pairing.pairs)} pair(s) over {len(problems)} problem(s), candidates from "
                   f"{shown(str(candidates))}, device {device}", highlight=False)
     outcome = run_batch(pairing.pairs, results_path, settings, resume=args.resume, console=console)

@@ -11,13 +11,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
-from . import outside_kill
+from . import outside_kill, start_ahead
 from .backend_settings import BackendSettings, diff
 from .baseline_cache import BaselineCache
 from .baseline_spread import steadiest, unstable_warning
@@ -37,9 +38,12 @@ from .reward import milestone_reward
 from .rules import get_policy
 from .sandbox import Sandbox, SandboxUnavailable, missing, refusal
 from .shared_tensors import SharedBufferPool, shared_copies
+from .start_ahead import StartedWorker, pair_key
 from .static_scan import scan_candidate
 from .timer import fresh_call_count
 from .worker import CANDIDATE_REPLY_KEYS, candidate_main, reference_main
+
+logger = logging.getLogger(__name__)
 
 
 class ProblemError(BadFileError):
@@ -71,7 +75,6 @@ class Evaluation:
         self.policy = get_policy(config.policy)
         self.result = Result(str(problem), str(candidate.path), device=device, env=collect_env(device),
                              convention=config.convention)
-        self.extensions_dir = candidate.extensions_dir(config.cache_dir)
         self.protected_hashes = candidate.protected_hashes(problem)
         self.sandbox: Sandbox | None = None
         self._workers: dict[str, Worker] = {}  # by side, kept for their request times (Result.profile)
@@ -128,6 +131,7 @@ class Evaluation:
             if self.config.timing:
                 self._ask_fresh_sets_ahead(reference_worker, reference)
             built = self._phase("build", lambda: candidate_worker.receive(self.config.build_timeout_s, label="build"))
+            self._start_next()  # its build beside this one's checks and timing
             # The build as the worker timed it, from its start: the parent's "build" phase is only
             # what remained of it after the sandbox's report and the reference.
             # (Sent by the candidate's process: a number or nothing, never trusted for a verdict.)
@@ -160,6 +164,7 @@ class Evaluation:
             ended = True
         except _Stop:
             ended = True
+            self._start_next()
         except ProblemError:
             self._prepared = None  # a reference that failed serves no one else
             raise
@@ -302,32 +307,33 @@ class Evaluation:
         reference_store().keep(self._batch_key, KeptReference(worker, self._prepared, self._reference_evaluations))
 
     def _spawn_candidate(self) -> Worker:
-        spec = {
-            "candidate": {
-                # Absolute: the sandboxed worker runs in its scratch directory.
-                "path": str(self.candidate.path.resolve()),
-                "model_file": str(self.candidate.model_file.resolve()),
-                "workspace": self.candidate.workspace,
-            },
-            "device": self.device,
-            "config": self.config.to_dict(),
-            "extensions_dir": str(self.extensions_dir.resolve()),
-            # Read-only for the candidate: only prepare_pch, here in the parent, writes there.
-            "pch_dir": str(pch_dir(self.config.cache_dir)) if self.config.fast_build else None,
-        }
-        readable = [(self.candidate.path if self.candidate.workspace else self.candidate.model_file).resolve()]
-        if self.config.fast_build:  # the shared precompiled headers: read-only to the candidate
-            readable.append(pch_dir(self.config.cache_dir).resolve())
-        with self._profiled("parent.sandbox"):
-            self.sandbox = Sandbox.create(self.extensions_dir, readable, self.config.sandbox_limits,
-                                          self.config.memory_cap_gb)
-        spec["sandbox"] = self.sandbox.spec(self.config.sandbox, self.config.require_sandbox)
-        env = {"TORCH_EXTENSIONS_DIR": str(self.sandbox.build_dir), **self.sandbox.env()}
-        if self.device == "cpu":
-            env["TRITON_INTERPRET"] = "1"  # Triton kernels run under Triton's interpreter on the CPU
-        self._workers["candidate"] = Worker(candidate_main, spec, self.config.memory_cap_gb, env=env,
-                                            runs_candidate_code=True, reply_keys=CANDIDATE_REPLY_KEYS)
-        return self._workers["candidate"]
+        """The candidate's worker: the one started ahead for this very evaluation (start_ahead.py),
+        or a new one."""
+        ahead = start_ahead.state().take(self._pair_key)
+        if ahead is not None:
+            # Its sandbox, and the workspace files' hashes as they were before its code ran.
+            self.sandbox, self.protected_hashes = ahead.sandbox, ahead.protected_hashes
+            self.result.env["started_ahead_s"] = round(time.perf_counter() - ahead.started_at, 2)
+            worker = ahead.worker
+        else:
+            worker, self.sandbox = start_candidate_worker(self.candidate, self.config, self.device,
+                                                          profile=self.result.profile)
+        self._workers["candidate"] = worker
+        return worker
+
+    @functools.cached_property
+    def _pair_key(self) -> str:
+        return pair_key(self.problem, self.candidate.path, self.candidate.source_hash(), self.device,
+                        self.config.to_dict())
+
+    def _start_next(self) -> None:
+        """The next pair this process evaluates, if announced: its worker starts now (once this
+        candidate has built, or has ended before its build). A start that fails is left to that
+        evaluation, which starts its own and reports what goes wrong as its own."""
+        try:
+            start_ahead.state().start_announced(start_ahead_worker)
+        except Exception as error:  # noqa: BLE001 - never this evaluation's verdict
+            logger.warning("starting the next candidate's worker ahead failed: %s", error)
 
     def _note_sandbox(self, report: dict) -> None:
         report.pop("kind")
@@ -668,6 +674,63 @@ OUTPUT_UNREADABLE = "an output could not be read (see violations)"
 
 class _Stop(Exception):
     """Ends the evaluation early; the Result already says why."""
+
+
+def start_candidate_worker(candidate: Candidate, config: EvalConfig, device: str,
+                           profile: dict | None = None) -> tuple[Worker, Sandbox]:
+    """A candidate's worker in its own sandbox: it confines itself, reports, and builds."""
+    extensions_dir = candidate.extensions_dir(config.cache_dir)
+    spec = {
+        "candidate": {
+            # Absolute: the sandboxed worker runs in its scratch directory.
+            "path": str(candidate.path.resolve()),
+            "model_file": str(candidate.model_file.resolve()),
+            "workspace": candidate.workspace,
+        },
+        "device": device,
+        "config": config.to_dict(),
+        "extensions_dir": str(extensions_dir.resolve()),
+        # Read-only for the candidate: only prepare_pch, here in the parent, writes there.
+        "pch_dir": str(pch_dir(config.cache_dir)) if config.fast_build else None,
+    }
+    readable = [(candidate.path if candidate.workspace else candidate.model_file).resolve()]
+    if config.fast_build:  # the shared precompiled headers: read-only to the candidate
+        readable.append(pch_dir(config.cache_dir).resolve())
+    started = time.perf_counter()
+    sandbox = Sandbox.create(extensions_dir, readable, config.sandbox_limits, config.memory_cap_gb)
+    if profile is not None:
+        profile["parent.sandbox"] = profile.get("parent.sandbox", 0.0) + time.perf_counter() - started
+    spec["sandbox"] = sandbox.spec(config.sandbox, config.require_sandbox)
+    env = {"TORCH_EXTENSIONS_DIR": str(sandbox.build_dir), **sandbox.env()}
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"  # Triton kernels run under Triton's interpreter on the CPU
+    try:
+        worker = Worker(candidate_main, spec, config.memory_cap_gb, env=env,
+                        runs_candidate_code=True, reply_keys=CANDIDATE_REPLY_KEYS)
+    except BaseException:
+        sandbox.close()
+        raise
+    return worker, sandbox
+
+
+def start_ahead_worker(problem: Path, candidate_path: Path, config: EvalConfig) -> StartedWorker | None:
+    """The announced next pair's candidate worker (start_ahead.py), or None where its evaluation
+    would stop before starting one (a file that is not a problem or candidate, no GPU)."""
+    try:
+        problem = check_problem(problem)
+        candidate = check_candidate(candidate_path)
+        device = config.resolved_device()
+        if device == "cuda" and not torch.cuda.is_available():
+            return None
+        # Before its code runs: what the evaluation checks its workspace files against.
+        protected = candidate.protected_hashes(problem)
+        key = pair_key(problem, candidate.path, candidate.source_hash(), device, config.to_dict())
+    except (BadFileError, OSError):
+        return None
+    worker, sandbox = start_candidate_worker(candidate, config, device)
+    if config.fast_build:
+        start_pch(candidate, config.cache_dir, device)
+    return StartedWorker(key, worker, sandbox, protected)
 
 
 def judge_checked_call(label: str, expected: list, actual: list, tolerances: dict, timing) -> Violation | None:

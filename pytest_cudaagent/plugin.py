@@ -47,8 +47,10 @@ _OPTIONS = [
     ("--cudaagent-require-sandbox", "cudaagent_require_sandbox", False, "refuse to run (exit 2) unless candidates can be fully sandboxed here"),
     ("--cudaagent-reference-batch", "cudaagent_reference_batch", "", "an id: candidates of one pytest worker with it share each problem's reference (construction seed, weights, correctness inputs: drawn once; timed inputs stay fresh). Only for candidates all written before any is evaluated (cudaagent bench gives each run its own)"),
     ("--cudaagent-fast-build", "cudaagent_fast_build", False, "build candidates through a shared precompiled torch/extension.h, made once per compiler, torch and flags (pays over many candidates: README, Builds)"),
+    ("--cudaagent-start-ahead", "cudaagent_start_ahead", False, "start a worker's next candidate (its sandbox and build) once its current one has built, while that one is checked and timed (README, Where an evaluation's time goes)"),
 ]
-_FLAGS = {"--cudaagent-resume", "--cudaagent-no-timing", "--cudaagent-require-sandbox", "--cudaagent-fast-build"}
+_FLAGS = {"--cudaagent-resume", "--cudaagent-no-timing", "--cudaagent-require-sandbox", "--cudaagent-fast-build",
+          "--cudaagent-start-ahead"}
 _PATHS = ("--cudaagent-problem", "--cudaagent-candidate", "--cudaagent-problems", "--cudaagent-candidates",
           "--cudaagent-results", "--cudaagent-config")
 RESULT_PROPERTY = "cudaagent_result"
@@ -129,10 +131,26 @@ def pytest_configure(config: pytest.Config) -> None:
         zygote.prestart()
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    # The batch is over: references kept for its next candidates end now, not at exit.
-    from .reference_batch import close_kept
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Tells the evaluation core this worker's next pair, whose candidate then starts building
+    once the current one has built (start_ahead.py). xdist hands a worker its next item before
+    the current one runs, and never takes that one back (worksteal steals from the queue's end
+    and leaves two)."""
+    if (isinstance(item, CandidateItem) and isinstance(nextitem, CandidateItem)
+            and _setting(item.config, "--cudaagent-start-ahead")):
+        from .start_ahead import state
 
+        state().announce(nextitem.pair.problem, nextitem.pair.candidate, config_from_pytest(item.config))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # The batch is over: references kept for its next candidates end now, not at exit, and so
+    # does a worker started for a pair that did not run.
+    from .reference_batch import close_kept
+    from .start_ahead import forget
+
+    forget()
     close_kept()
 
 

@@ -3,7 +3,9 @@
 harness_throughput records when each Result reached the results file (`arrivals.json`, seconds
 after the batch started) and the GPU timing lock's holds (`CUDAAGENT_LOCK_LOG`). An evaluation's
 phases ran one after the other and end at its arrival, so its phases are laid back from there
-(`Result.profile["parent.start"]`, `Result.phase_seconds`, then the close). This prints, per
+(`Result.profile["parent.start"]`, `Result.phase_seconds`, then the close), after the time its
+candidate's worker ran before its evaluation began (`Result.env["started_ahead_s"]`: started
+while the worker's previous candidate was checked, pytest_cudaagent.start_ahead). This prints, per
 candidate, when it started and how long each phase took; the time before the first evaluation
 started (xdist and the workers' imports); how long the timing lock was held; and draws it all as
 one bar per candidate (`--plot`).
@@ -30,7 +32,7 @@ ARRIVALS_FILE = "arrivals.json"
 LOCK_LOG_FILE = "timing-locks.log"
 # Phases in the order an evaluation runs them (Evaluation.run), after its start.
 PHASES = ("sandbox", "reference", "build", "construct", "correctness", "timing", "baselines")
-COLOURS = {"start": "#bbbbbb", "sandbox": "#8c564b", "reference": "#9467bd", "build": "#1f77b4",
+COLOURS = {"ahead": "#aec7e8", "start": "#bbbbbb", "sandbox": "#8c564b", "reference": "#9467bd", "build": "#1f77b4",
            "construct": "#17becf", "correctness": "#2ca02c", "timing": "#d62728", "baselines": "#ff7f0e",
            "close": "#7f7f7f"}
 
@@ -80,7 +82,13 @@ class Lane:
 
     @property
     def started_s(self) -> float:
-        return self.segments[0][1] if self.segments else self.arrived_s
+        """When its evaluation started (after any time its worker ran ahead of it)."""
+        begun = [start for phase, start, _ in self.segments if phase != "ahead"]
+        return begun[0] if begun else self.arrived_s
+
+    @property
+    def ahead_s(self) -> float:
+        return sum(seconds for phase, _, seconds in self.segments if phase == "ahead")
 
 
 def lanes(results: list[Result], arrivals: list[dict]) -> list[Lane]:
@@ -96,6 +104,9 @@ def lanes(results: list[Result], arrivals: list[dict]) -> list[Lane]:
         durations.append(("close", result.profile.get("parent.close", 0.0) + result.profile.get("parent.tampering", 0.0)))
         at = arrived[name] - sum(seconds for _, seconds in durations)
         lane = Lane(name, result.status, arrived[name])
+        ahead = float(result.env.get("started_ahead_s") or 0.0)
+        if ahead > 0:
+            lane.segments.append(("ahead", at - ahead, ahead))
         for phase, seconds in durations:
             lane.segments.append((phase, at, seconds))
             at += seconds
@@ -127,10 +138,12 @@ def summary(laid: list[Lane], holds: list[tuple[float, float]], wall_s: float) -
 
 
 def print_tables(laid: list[Lane], facts: dict, console: Console) -> None:
-    table = Table("candidate", "status", "started s", "arrived s", *PHASES, title="timeline (seconds after the batch started)")
+    table = Table("candidate", "status", "ahead s", "started s", "arrived s", *PHASES,
+                  title="timeline (seconds after the batch started)")
     for lane in laid:
         seconds = {phase: duration for phase, _, duration in lane.segments}
-        table.add_row(lane.candidate, lane.status, f"{lane.started_s:.1f}", f"{lane.arrived_s:.1f}",
+        table.add_row(lane.candidate, lane.status, f"{lane.ahead_s:.1f}" if lane.ahead_s else "-",
+                      f"{lane.started_s:.1f}", f"{lane.arrived_s:.1f}",
                       *[f"{seconds[phase]:.1f}" if phase in seconds else "-" for phase in PHASES])
     console.print(table)
     facts_table = Table("fact", "value", title="the batch")
@@ -153,7 +166,8 @@ def plot(laid: list[Lane], holds: list[tuple[float, float]], wall_s: float, path
     axes.broken_barh(holds, (timing_row - 0.4, 0.8), color=COLOURS["timing"])
     axes.set_yticks([*range(len(laid)), timing_row], [lane.candidate for lane in laid] + ["GPU timing lock"], fontsize=7)
     axes.axvline(wall_s, color="black", linestyle="--", linewidth=0.8)
-    axes.set_xlabel("seconds after `cudaagent bench` started (dashed: it returned)")
+    axes.set_xlabel("seconds after `cudaagent bench` started (dashed: it returned; ahead: its worker started "
+                    "while the previous candidate was checked)")
     axes.invert_yaxis()
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in COLOURS.values()]
     axes.legend(handles, list(COLOURS), loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)

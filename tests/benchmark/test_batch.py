@@ -175,6 +175,29 @@ def test_bench_makes_the_shared_header_unless_told_not_to(tmp_path, monkeypatch)
     assert seen == [True, False]
 
 
+def test_bench_starts_each_workers_next_candidate_ahead_unless_told_not_to(tmp_path, monkeypatch):
+    """`cudaagent bench` asks the plugin to start a worker's next candidate once its current one
+    has built (pytest_cudaagent.start_ahead); --no-start-ahead does not."""
+    import benchmark.commands as commands
+    from benchmark.batch import BatchError
+
+    seen = []
+
+    def batch(pairs, results_path, settings, **_):
+        seen.append(settings.start_ahead)
+        raise BatchError("only the settings are looked at")
+
+    monkeypatch.setattr(commands, "run_batch", batch)
+    arguments = ["bench", "--device", "cpu", "--out", str(tmp_path / "out")]
+    run_cli(arguments)
+    run_cli([*arguments, "--no-start-ahead"])
+    assert seen == [True, False]
+    ahead = pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, BatchSettings(device="cpu"), "cpu", 1)
+    not_ahead = pytest_command(tmp_path / "p", tmp_path / "r", tmp_path,
+                               BatchSettings(device="cpu", start_ahead=False), "cpu", 1)
+    assert "--cudaagent-start-ahead" in ahead and "--cudaagent-start-ahead" not in not_ahead
+
+
 def test_the_device_is_found_without_importing_torch(tmp_path, monkeypatch):
     """`auto` is cuda when the driver shows a GPU and the installed torch is a CUDA build, read
     from torch's version file (importing torch takes 5.5 s on the H100 machine)."""

@@ -42,6 +42,16 @@ def test_phases_are_laid_back_from_the_arrival_in_the_order_they_ran():
     assert lane_b.started_s == 29.0
 
 
+def test_a_worker_started_ahead_is_drawn_before_its_evaluation():
+    result = fake_result("/p/a.py", "/c/a_2.py")
+    result.phase_seconds = {"sandbox": 0.5, "build": 1.5, "correctness": 2.0}
+    result.env["started_ahead_s"] = 12.0
+    (lane,) = lanes([result], [{"candidate": "a_2.py", "arrived_s": 50.0}])
+    assert [phase for phase, _, _ in lane.segments] == ["ahead", "start", "sandbox", "build", "correctness", "close"]
+    assert lane.segments[0] == ("ahead", 34.0, 12.0)  # it ends where its evaluation starts
+    assert lane.started_s == 46.0 and lane.ahead_s == 12.0
+
+
 def test_lock_holds_and_facts(tmp_path):
     log = tmp_path / "locks.log"
     began_ns = 1_000_000_000_000

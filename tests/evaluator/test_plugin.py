@@ -47,6 +47,23 @@ def test_directory_mode_pairs_by_name_reports_failures_and_resumes(pytester, pai
     assert len(results.read_text().splitlines()) == 2
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("ahead", [True, False])
+def test_start_ahead_builds_the_next_pair_while_the_current_one_is_checked(pytester, pair_dirs, ahead):
+    """--cudaagent-start-ahead: the process's next pair (pytest's nextitem) starts its worker once
+    the current candidate has built; its Result says how long before its evaluation."""
+    problems, candidates = pair_dirs
+    results = pytester.path / "results.jsonl"
+    args = ["--cudaagent-problems", str(problems), "--cudaagent-candidates", str(candidates),
+            "--cudaagent-results", str(results), "--cudaagent-policy", "permissive", *FAST]
+    outcome = pytester.runpytest_subprocess(*args, *(["--cudaagent-start-ahead"] if ahead else []))
+    outcome.assert_outcomes(passed=1, failed=1)  # the same verdicts either way
+    first, second = (json.loads(line) for line in results.read_text().splitlines())
+    assert "started_ahead_s" not in first["env"]
+    assert ("started_ahead_s" in second["env"]) == ahead
+    assert second["status"] == "incorrect"
+
+
 def test_fixture_verifies_from_a_hand_written_test(pytester):
     pytester.makepyfile(f"""
         def test_wrong_shape_is_caught(cudaagent):

@@ -1,0 +1,254 @@
+"""The next candidate's worker started while this one is checked and timed (start_ahead.py): it
+is built before its evaluation begins, taken only by that evaluation, judged as if started then,
+and closed when its pair does not come."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import threading
+import time
+
+import pytest
+
+from pytest_cudaagent import evaluate, start_ahead
+from pytest_cudaagent import evaluation as evaluation_module
+from pytest_cudaagent.start_ahead import StartAhead, StartedWorker
+from tests.adversarial.test_tampering import PROBLEM as TAMPERING_PROBLEM
+from tests.adversarial.test_tampering import make_workspace
+from tests.helpers import TEST_CANDIDATES, TEST_PROBLEMS, cpu_config
+
+SMALL_LEAKY = TEST_PROBLEMS / "small_leaky_relu.py"
+SAYS_WHEN = TEST_CANDIDATES / "says_when_imported.py"
+CONFIG = cpu_config(policy="permissive", trials=2)
+
+
+@pytest.fixture(autouse=True)
+def nothing_started():
+    start_ahead.forget()
+    yield
+    start_ahead.forget()
+
+
+@pytest.fixture
+def two_candidates(tmp_path):
+    first, second = tmp_path / "first.py", tmp_path / "second.py"
+    shutil.copy(SAYS_WHEN, first)
+    shutil.copy(SAYS_WHEN, second)
+    return first, second
+
+
+def imported_at(result) -> float:
+    found = re.search(r"^imported at ([0-9.]+)$", result.log, flags=re.MULTILINE)
+    assert found, result.log
+    return float(found.group(1))
+
+
+def started_worker():
+    return start_ahead.state()._started
+
+
+def test_the_announced_candidate_builds_before_its_evaluation_and_is_judged_the_same(two_candidates):
+    first, second = two_candidates
+    start_ahead.state().announce(SMALL_LEAKY, second, CONFIG)
+    first_result = evaluate(SMALL_LEAKY, first, CONFIG)
+    started = started_worker()
+    assert started is not None and started.worker.process.is_alive()
+    time.sleep(0.5)
+    began = time.time()
+    second_result = evaluate(SMALL_LEAKY, second, CONFIG)
+    alone = evaluate(SMALL_LEAKY, second, CONFIG)  # nothing announced: started with its evaluation
+    assert [first_result.status, second_result.status, alone.status] == ["passed"] * 3
+    # Imported (built) before its evaluation began, in the worker started ahead.
+    assert imported_at(second_result) < began
+    assert second_result.env["started_ahead_s"] > 0.5
+    assert "started_ahead_s" not in first_result.env and "started_ahead_s" not in alone.env
+    assert imported_at(alone) > began
+    # Judged as a worker started with its evaluation: the same trials, checks and reward.
+    assert [t.correct for t in second_result.trials] == [t.correct for t in alone.trials]
+    assert second_result.reward == alone.reward and second_result.violations == alone.violations
+    same_sandbox = {key: value for key, value in second_result.env["sandbox"].items() if key != "setup_ms"}
+    assert same_sandbox == {key: value for key, value in alone.env["sandbox"].items() if key != "setup_ms"}
+    # Its worker and sandbox ended with its evaluation.
+    assert not started.worker.process.is_alive() and not started.sandbox.scratch.exists()
+    assert started_worker() is None
+
+
+def test_the_next_worker_starts_only_once_the_current_candidate_has_built(two_candidates, monkeypatch):
+    first, second = two_candidates
+    seen = {}
+    original = evaluation_module.start_ahead_worker
+
+    def recording(problem, candidate, config):
+        seen["at"] = time.time()
+        return original(problem, candidate, config)
+
+    monkeypatch.setattr(evaluation_module, "start_ahead_worker", recording)
+    start_ahead.state().announce(SMALL_LEAKY, second, CONFIG)
+    result = evaluate(SMALL_LEAKY, first, CONFIG)
+    assert result.passed and imported_at(result) < seen["at"]  # the current one had built by then
+    # ... and not later than its checks: the trials ran after the next worker started.
+    assert result.phase_seconds["correctness"] > 0
+    second_result = evaluate(SMALL_LEAKY, second, CONFIG)
+    assert seen["at"] < imported_at(second_result)
+
+
+def test_a_build_error_started_ahead_reads_as_one_started_with_its_evaluation(tmp_path):
+    first = tmp_path / "first.py"
+    shutil.copy(SAYS_WHEN, first)
+    start_ahead.state().announce(SMALL_LEAKY, TEST_CANDIDATES / "build_error.py", CONFIG)
+    assert evaluate(SMALL_LEAKY, first, CONFIG).passed
+    started = started_worker()
+    assert started is not None
+    started.worker.process.join(timeout=120)  # its build fails and its process ends, unread
+    ahead = evaluate(SMALL_LEAKY, TEST_CANDIDATES / "build_error.py", CONFIG)
+    alone = evaluate(SMALL_LEAKY, TEST_CANDIDATES / "build_error.py", CONFIG)
+    assert ahead.env["started_ahead_s"] > 0 and "started_ahead_s" not in alone.env
+    assert ahead.status == alone.status == "build_error"
+    assert ahead.error == alone.error and "error" in ahead.error
+
+
+def test_a_crash_at_import_started_ahead_is_still_a_crash(tmp_path):
+    first = tmp_path / "first.py"
+    shutil.copy(SAYS_WHEN, first)
+    start_ahead.state().announce(SMALL_LEAKY, TEST_CANDIDATES / "exits_on_import.py", CONFIG)
+    assert evaluate(SMALL_LEAKY, first, CONFIG).passed
+    ahead = evaluate(SMALL_LEAKY, TEST_CANDIDATES / "exits_on_import.py", CONFIG)
+    alone = evaluate(SMALL_LEAKY, TEST_CANDIDATES / "exits_on_import.py", CONFIG)
+    assert "started_ahead_s" in ahead.env
+    assert (ahead.status, ahead.reward) == (alone.status, alone.reward) and not ahead.passed
+
+
+def test_another_pair_or_other_settings_start_their_own_and_the_unused_worker_is_closed(two_candidates):
+    first, second = two_candidates
+    start_ahead.state().announce(SMALL_LEAKY, second, CONFIG)
+    assert evaluate(SMALL_LEAKY, first, CONFIG).passed
+    started = started_worker()
+    other_settings = cpu_config(policy="permissive", trials=3)
+    began = time.time()
+    result = evaluate(SMALL_LEAKY, second, other_settings)
+    assert result.passed and "started_ahead_s" not in result.env and imported_at(result) > began
+    assert started_worker() is started  # not this evaluation's: left for the batch's end
+    start_ahead.forget()
+    started.worker.process.join(timeout=30)
+    assert not started.worker.process.is_alive() and not started.sandbox.scratch.exists()
+
+
+def test_a_candidate_changed_after_its_start_is_evaluated_as_it_is_now(two_candidates):
+    first, second = two_candidates
+    start_ahead.state().announce(SMALL_LEAKY, second, CONFIG)
+    assert evaluate(SMALL_LEAKY, first, CONFIG).passed
+    started = started_worker()
+    second.write_text(second.read_text().replace("return torch.nn.functional.leaky_relu(x, self.negative_slope)",
+                                                 "return x * 0"))
+    began = time.time()
+    result = evaluate(SMALL_LEAKY, second, CONFIG)
+    assert result.status == "incorrect" and "started_ahead_s" not in result.env and imported_at(result) > began
+    assert started_worker() is started
+
+
+def test_a_file_that_is_no_candidate_starts_nothing_and_fails_as_before(tmp_path):
+    first = tmp_path / "first.py"
+    shutil.copy(SAYS_WHEN, first)
+    start_ahead.state().announce(SMALL_LEAKY, TEST_CANDIDATES / "no_model_new.py", CONFIG)
+    assert evaluate(SMALL_LEAKY, first, CONFIG).passed
+    assert started_worker() is None
+    with pytest.raises(ValueError, match="no class ModelNew"):
+        evaluate(SMALL_LEAKY, TEST_CANDIDATES / "no_model_new.py", CONFIG)
+
+
+def test_a_start_that_fails_leaves_the_current_verdict_and_the_next_starts_its_own(two_candidates, monkeypatch):
+    first, second = two_candidates
+
+    def broken(problem, candidate, config):
+        raise OSError("no room for a scratch directory")
+
+    monkeypatch.setattr(evaluation_module, "start_ahead_worker", broken)
+    start_ahead.state().announce(SMALL_LEAKY, second, CONFIG)
+    assert evaluate(SMALL_LEAKY, first, CONFIG).passed
+    result = evaluate(SMALL_LEAKY, second, CONFIG)
+    assert result.passed and "started_ahead_s" not in result.env
+
+
+def test_a_workspace_that_edits_its_protected_files_while_started_ahead_is_caught(tmp_path):
+    """Without the sandbox (which makes the workspace read-only), the protected files' hashes are
+    the ones from before its worker started, not from when its evaluation began."""
+    first = tmp_path / "first.py"
+    shutil.copy(SAYS_WHEN, first)
+    workspace = make_workspace(tmp_path)
+    model_new = workspace / "model_new.py"
+    model_new.write_text(
+        "import pathlib\n"
+        "pathlib.Path(__file__).with_name('utils').joinpath('verify.py').write_text('PASSED = True\\n')\n"
+        + model_new.read_text())
+    unconfined = cpu_config(sandbox=False)
+    start_ahead.state().announce(TAMPERING_PROBLEM, workspace, unconfined)
+    evaluate(TAMPERING_PROBLEM, first, unconfined)
+    started = started_worker()
+    assert started is not None
+    verify = workspace / "utils" / "verify.py"
+    deadline = time.monotonic() + 120
+    while "PASSED" not in verify.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)  # its import has edited the file before its evaluation begins
+    assert "PASSED" in verify.read_text()
+    result = evaluate(TAMPERING_PROBLEM, workspace, unconfined)
+    assert "started_ahead_s" in result.env
+    assert not result.passed and any(v.rule == "tampering" and "verify.py" in v.detail for v in result.violations)
+
+
+class FakeWorker:
+    def __init__(self):
+        self.closed = False
+        self.process = self
+
+    def is_alive(self):
+        return not self.closed
+
+    def close(self):
+        self.closed = True
+
+
+class FakeSandbox:
+    closed = False
+
+    def close(self):
+        self.closed = True
+
+
+def fake_start(key):
+    return lambda problem, candidate, config: StartedWorker(key, FakeWorker(), FakeSandbox())
+
+
+def test_only_the_evaluating_thread_announces_starts_and_takes():
+    ahead = StartAhead()
+    calls = []
+
+    def elsewhere():
+        ahead.announce("p.py", "c.py", CONFIG)
+        ahead.start_announced(lambda *args: calls.append(args))
+        calls.append(ahead.take("k"))
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join()
+    assert calls == [None] and ahead._announced is None
+    ahead.announce("p.py", "c.py", CONFIG)
+    ahead.start_announced(fake_start("k"))
+    assert ahead.take("other") is None
+    taken = ahead.take("k")
+    assert taken is not None and taken.key == "k" and ahead.take("k") is None
+
+
+def test_a_new_start_or_forget_closes_a_worker_whose_pair_never_came():
+    ahead = StartAhead()
+    ahead.announce("p.py", "c.py", CONFIG)
+    ahead.start_announced(fake_start("first"))
+    unused = ahead._started
+    ahead.start_announced(fake_start("ignored"))  # nothing announced since: no second start
+    assert ahead._started is unused and not unused.worker.closed
+    ahead.announce("p.py", "d.py", CONFIG)
+    ahead.start_announced(fake_start("second"))
+    assert unused.worker.closed and unused.sandbox.closed
+    second = ahead._started
+    ahead.forget()
+    assert second.worker.closed and ahead._started is None
