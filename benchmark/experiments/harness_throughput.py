@@ -152,13 +152,15 @@ def run_sequential(manifest: Path, out: Path, device: str) -> None:
 # -- the comparison -----------------------------------------------------------------------------
 
 
-def run_harness(pairs, work: Path, device: str, workers: int | None, console: Console) -> tuple[float, list]:
+def run_harness(pairs, work: Path, device: str, workers: int | None, console: Console,
+                start_ahead: bool = True) -> tuple[float, list]:
     os.environ.update(fresh_cache_env(work / "harness-caches"))
     # The timing lock's holds and each Result's arrival: harness_timeline's input.
     lock_log = work / LOCK_LOG_FILE
     lock_log.unlink(missing_ok=True)
     os.environ["CUDAAGENT_LOCK_LOG"] = str(lock_log)
-    settings = BatchSettings(device=device, workers=workers, trials=CHECKS, baselines=("eager", "compile"))
+    settings = BatchSettings(device=device, workers=workers, trials=CHECKS, baselines=("eager", "compile"),
+                             start_ahead=start_ahead)
     results_path = work / "harness" / "results.jsonl"
     began, began_unix_ns = time.perf_counter(), time.time_ns()
     with ArrivalWatch(results_path, began) as watch:
@@ -243,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="run one half at a time in the same --work (the sequential loop over 20 cold "
                              "CUDA builds takes over ten minutes), then 'report' compares them")
     parser.add_argument("--json", help="write the tables as JSON to this file")
+    parser.add_argument("--no-start-ahead", action="store_true",
+                        help="the harness as `cudaagent bench --no-start-ahead` (to measure what starting each "
+                             "worker's next candidate ahead gains)")
     parser.add_argument("--sequential", nargs=2, metavar=("MANIFEST", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     device = batch_device(args.device)
@@ -259,8 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         pairs = pair_solutions(load_flat(EXAMPLES_PROBLEMS), work / "candidates").pairs
         if args.phase in ("all", "harness"):
             console.print(f"{len(pairs)} fresh candidates on {device}: the harness")
-            harness_s, outcome = run_harness(pairs, work, device, args.workers, console)
-            save_wall(work, "harness", harness_s, workers=outcome.workers)
+            harness_s, outcome = run_harness(pairs, work, device, args.workers, console,
+                                             start_ahead=not args.no_start_ahead)
+            save_wall(work, "harness", harness_s, workers=outcome.workers, start_ahead=not args.no_start_ahead)
         if args.phase in ("all", "sequential"):
             console.print(f"{len(pairs)} fresh candidates on {device}: the sequential loop")
             sequential_s, _ = run_sequential_process(pairs, work, device)

@@ -132,3 +132,25 @@ def test_a_batch_shares_the_reference_on_the_gpu():
     assert vandal.status != "passed"
     assert [first.env["reference_shared"], vandal.env["reference_shared"], third.env["reference_shared"]] == [1, 2, 3]
     assert third.timing["candidate"].median_ms > 0 and "reference.prepare" not in third.profile
+
+
+def test_the_next_candidate_starts_ahead_on_the_gpu():
+    """start_ahead.py on the GPU: the bundled leaky ReLU is announced after a PyTorch-written one;
+    its worker (CUDA context, sandbox, load_inline build) starts once the first has built, while
+    the first is checked and timed beside it; its evaluation finds it built and passes, timed as
+    one started with its evaluation is."""
+    from pytest_cudaagent import start_ahead
+    from tests.helpers import TEST_CANDIDATES
+
+    config = EvalConfig(device="cuda", policy="permissive", baselines=("eager",))
+    try:
+        start_ahead.state().announce(PROBLEMS / "leaky_relu.py", CUDA_CANDIDATES / "leaky_relu.py", config)
+        first = evaluate(PROBLEMS / "leaky_relu.py", TEST_CANDIDATES / "pytorch_leaky_relu.py", config)
+        ahead = evaluate(PROBLEMS / "leaky_relu.py", CUDA_CANDIDATES / "leaky_relu.py", config)
+    finally:
+        start_ahead.forget()
+    assert first.status == "passed" and ahead.status == "passed", first.summary() + ahead.summary()
+    assert ahead.env["started_ahead_s"] > first.phase_seconds["correctness"]
+    # Built before its evaluation: what remained of the build is short beside the build itself.
+    assert ahead.phase_seconds["build"] < ahead.profile["candidate.built_after"]
+    assert ahead.timing["candidate"].median_ms > 0 and ahead.speedup_vs_eager is not None
