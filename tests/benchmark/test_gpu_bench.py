@@ -29,7 +29,14 @@ def test_bench_on_gpu_with_cuda_candidates_and_resume(tmp_path, capsys):
         assert result.device == "cuda" and result.passed == (not variant.wrong), result.summary()
         if result.passed:
             assert result.speedup_vs_eager and result.speedup_vs_compile and result.env.get("gpu_name")
-    assert "| out | examples | 1 | 3 |" in (tmp_path / "out" / "leaderboard.md").read_text()
+    # Every candidate is in the leaderboard's count, or listed for review: a baseline timed beside
+    # the other GPU tests of this suite (xdist) can be unstable, and a flagged result counts in no
+    # number (README, leaderboard).
+    leaderboard = (tmp_path / "out" / "leaderboard.md").read_text()
+    review = leaderboard.split("## Flagged for review")[1] if "## Flagged for review" in leaderboard else ""
+    flagged = {name for name in results if f"| {name} |" in review}
+    assert f"| out | examples | 1 | {3 - len(flagged)} |" in leaderboard
+    assert all(results[name].passed for name in flagged)
     capsys.readouterr()
     assert run_cli(arguments + ["--resume"]) == 0
     assert "skipped 3 of 3 pair(s) already done" in capsys.readouterr().out
