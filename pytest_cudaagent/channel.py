@@ -73,6 +73,10 @@ class Worker:
         self.reply_keys = reply_keys
         self.memory_cap_bytes = memory_cap_gb * 1024**3
         self.peak_rss_bytes = 0
+        self._killed_for = ""  # why this process killed the worker, for its death reason
+        # Workers nobody reads while this one is waited on (one started ahead for the next
+        # evaluation, start_ahead.py): their host memory is checked at each poll here too.
+        self.also_watch: list[Worker] = []
         self.cpu_s: float | None = None  # the process tree's CPU seconds, once read (cpu_seconds)
         self._asked_to_exit = False  # ("exit",) sent (ask_to_exit)
         # Seconds spent waiting on each kind of request (its name) or unrequested message (the
@@ -122,6 +126,8 @@ class Worker:
             if not self.process.is_alive():
                 raise WorkerDied(self._death_reason())
             self._check_memory()
+            for other in self.also_watch:
+                other.check_memory_unread()
             if time.monotonic() > deadline:
                 self.kill()
                 raise WorkerTimeout(f"no answer within {timeout_s:.0f} s")
@@ -145,14 +151,24 @@ class Worker:
             return
         self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
         if rss > self.memory_cap_bytes:
+            self._killed_for = (f"killed: host memory {rss / 1024**3:.1f} GiB over the cap of "
+                                f"{self.memory_cap_bytes / 1024**3:.1f} GiB")
             self.kill()
-            raise WorkerDied(
-                f"killed: host memory {rss / 1024**3:.1f} GiB over the cap of "
-                f"{self.memory_cap_bytes / 1024**3:.1f} GiB"
-            )
+            raise WorkerDied(self._killed_for)
+
+    def check_memory_unread(self) -> None:
+        """The host-memory cap for a worker no one is reading yet: over it, the worker is killed,
+        and its evaluation reads why when it first waits on it."""
+        if self.process.is_alive():
+            try:
+                self._check_memory()
+            except WorkerDied:
+                pass
 
     def _death_reason(self) -> str:
         self.process.join(timeout=5)
+        if self._killed_for:
+            return self._killed_for
         code = self.process.exitcode
         if code is None:
             return "worker stopped answering"

@@ -172,6 +172,7 @@ class Evaluation:
             # Kept only after a verdict: not on the way out of an interrupt or a crash of ours.
             keep_reference = ended and self._keepable(reference_worker)
             for side, worker in self._workers.items():
+                worker.also_watch = []  # a kept reference watches only for the evaluation it serves
                 result.profile.update({f"{side}.{label}": seconds for label, seconds in worker.seconds.items()})
                 # CPU seconds of each side's process tree (the candidate's build included) and of
                 # this process: where an evaluation's compute goes, beside where its time goes.
@@ -331,9 +332,15 @@ class Evaluation:
         candidate has built, or has ended before its build). A start that fails is left to that
         evaluation, which starts its own and reports what goes wrong as its own."""
         try:
-            start_ahead.state().start_announced(start_ahead_worker)
+            started = start_ahead.state().start_announced(start_ahead_worker)
         except Exception as error:  # noqa: BLE001 - never this evaluation's verdict
             logger.warning("starting the next candidate's worker ahead failed: %s", error)
+            return
+        if started is not None:
+            # No one reads it until its evaluation: its host memory is checked while this
+            # evaluation waits on its own workers (the cap where no cgroup holds it).
+            for worker in self._workers.values():
+                worker.also_watch = [started.worker]
 
     def _note_sandbox(self, report: dict) -> None:
         report.pop("kind")

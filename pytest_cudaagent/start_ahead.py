@@ -79,14 +79,16 @@ class StartAhead:
         if self._mine():
             self._announced = (Path(problem), Path(candidate), config)
 
-    def start_announced(self, start: Starter) -> None:
-        """Start the announced pair's worker with `start` (the evaluation core's), once."""
+    def start_announced(self, start: Starter) -> StartedWorker | None:
+        """Start the announced pair's worker with `start` (the evaluation core's), once; returns
+        it (None if nothing was announced or it could not start)."""
         if not self._mine() or self._announced is None:
-            return
+            return None
         problem, candidate, config = self._announced
         self._announced = None
         self.close()  # one started for a pair that never came
         self._started = start(problem, candidate, config)
+        return self._started
 
     def take(self, key: str) -> StartedWorker | None:
         """The worker started for `key`, ended or not: what it sent before it ended (its sandbox

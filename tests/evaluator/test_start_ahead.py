@@ -147,6 +147,28 @@ def test_a_candidate_changed_after_its_start_is_evaluated_as_it_is_now(two_candi
     assert started_worker() is started
 
 
+def test_a_worker_started_ahead_is_held_to_the_memory_cap_while_it_waits(tmp_path):
+    """Its host memory is checked while the current evaluation waits on its own workers (where no
+    cgroup holds it, that check is the cap): over it, killed then, and its evaluation says why."""
+    slow = tmp_path / "slow.py"
+    slow.write_text(SAYS_WHEN.read_text().replace(
+        "        return torch.nn.functional.leaky_relu(x, self.negative_slope)",
+        "        time.sleep(1.0)  # the current evaluation outlasts the next one's import\n"
+        "        return torch.nn.functional.leaky_relu(x, self.negative_slope)"))
+    hog = tmp_path / "hog.py"
+    hog.write_text(SAYS_WHEN.read_text().replace(
+        'print(f"imported at', 'held = bytearray(1300 * 2**20)  # over the 1 GiB cap, under the cgroup\'s 1.5\n'
+        'time.sleep(60)\nprint(f"imported at'))
+    capped = cpu_config(policy="permissive", trials=2, memory_cap_gb=1.0)
+    start_ahead.state().announce(SMALL_LEAKY, hog, capped)
+    assert evaluate(SMALL_LEAKY, slow, capped).passed
+    started = started_worker()
+    assert started is not None and not started.worker.process.is_alive()  # killed while it waited
+    result = evaluate(SMALL_LEAKY, hog, capped)
+    assert "started_ahead_s" in result.env
+    assert result.status == "crashed" and "host memory" in result.error and "cap" in result.error
+
+
 def test_a_file_that_is_no_candidate_starts_nothing_and_fails_as_before(tmp_path):
     first = tmp_path / "first.py"
     shutil.copy(SAYS_WHEN, first)
