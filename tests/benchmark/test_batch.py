@@ -34,6 +34,9 @@ def test_pytest_command_carries_the_settings(tmp_path, monkeypatch):
     assert "--cudaagent-config" not in text and "--cudaagent-fast-build" not in text
     fast = BatchSettings(device="cpu", fast_build=True)
     assert "--cudaagent-fast-build" in pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, fast, "cpu", 1)
+    assert "--cudaagent-start-ahead" in text  # BatchSettings' default
+    not_ahead = BatchSettings(device="cpu", start_ahead=False)
+    assert "--cudaagent-start-ahead" not in pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, not_ahead, "cpu", 1)
     with_file = BatchSettings(device="cpu", config_file=tmp_path / "eval_config.json")
     text = " ".join(pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, with_file, "cpu", 1))
     assert f"--cudaagent-config {tmp_path / 'eval_config.json'}" in text
@@ -156,46 +159,25 @@ def test_the_manifest_holds_absolute_paths_for_pairs_given_relative_to_the_calle
     assert pair.problem == tmp_path / "p" / "a.py" and pair.candidate == tmp_path / "c" / "a.py"
 
 
-def test_bench_makes_the_shared_header_unless_told_not_to(tmp_path, monkeypatch):
-    """A batch amortises the precompiled torch/extension.h over its candidates: `cudaagent bench`
-    asks for it, --no-fast-build does not."""
+@pytest.mark.parametrize("flag, setting", [
+    ("--no-fast-build", "fast_build"),  # the precompiled torch/extension.h a batch amortises
+    ("--no-start-ahead", "start_ahead"),  # a worker's next candidate built beside its current one's checks
+])
+def test_bench_turns_on_what_pays_over_a_batch_unless_told_not_to(tmp_path, monkeypatch, flag, setting):
     import benchmark.commands as commands
     from benchmark.batch import BatchError
 
     seen = []
 
     def batch(pairs, results_path, settings, **_):
-        seen.append(settings.fast_build)
+        seen.append(getattr(settings, setting))
         raise BatchError("only the settings are looked at")
 
     monkeypatch.setattr(commands, "run_batch", batch)
     arguments = ["bench", "--device", "cpu", "--out", str(tmp_path / "out")]
     run_cli(arguments)
-    run_cli([*arguments, "--no-fast-build"])
+    run_cli([*arguments, flag])
     assert seen == [True, False]
-
-
-def test_bench_starts_each_workers_next_candidate_ahead_unless_told_not_to(tmp_path, monkeypatch):
-    """`cudaagent bench` asks the plugin to start a worker's next candidate once its current one
-    has built (pytest_cudaagent.start_ahead); --no-start-ahead does not."""
-    import benchmark.commands as commands
-    from benchmark.batch import BatchError
-
-    seen = []
-
-    def batch(pairs, results_path, settings, **_):
-        seen.append(settings.start_ahead)
-        raise BatchError("only the settings are looked at")
-
-    monkeypatch.setattr(commands, "run_batch", batch)
-    arguments = ["bench", "--device", "cpu", "--out", str(tmp_path / "out")]
-    run_cli(arguments)
-    run_cli([*arguments, "--no-start-ahead"])
-    assert seen == [True, False]
-    ahead = pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, BatchSettings(device="cpu"), "cpu", 1)
-    not_ahead = pytest_command(tmp_path / "p", tmp_path / "r", tmp_path,
-                               BatchSettings(device="cpu", start_ahead=False), "cpu", 1)
-    assert "--cudaagent-start-ahead" in ahead and "--cudaagent-start-ahead" not in not_ahead
 
 
 def test_the_device_is_found_without_importing_torch(tmp_path, monkeypatch):
