@@ -137,11 +137,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     once the current one has built (start_ahead.py). xdist hands a worker its next item before
     the current one runs, and never takes that one back (worksteal steals from the queue's end
     and leaves two)."""
-    if (isinstance(item, CandidateItem) and isinstance(nextitem, CandidateItem)
-            and _setting(item.config, "--cudaagent-start-ahead")):
-        from .start_ahead import state
+    if not (isinstance(item, CandidateItem) and _setting(item.config, "--cudaagent-start-ahead")):
+        return
+    from .start_ahead import state
 
+    if isinstance(nextitem, CandidateItem):
         state().announce(nextitem.pair.problem, nextitem.pair.candidate, config_from_pytest(item.config))
+    else:  # an evaluation that stopped before starting its next one leaves nothing behind
+        state().clear_announced()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

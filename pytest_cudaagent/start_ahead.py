@@ -79,6 +79,12 @@ class StartAhead:
         if self._mine():
             self._announced = (Path(problem), Path(candidate), config)
 
+    def clear_announced(self) -> None:
+        """Nothing comes next (the process's last item, or one that is no pair): an announcement
+        left by an evaluation that ended before starting it must not start a worker now."""
+        if self._mine():
+            self._announced = None
+
     def start_announced(self, start: Starter) -> StartedWorker | None:
         """Start the announced pair's worker with `start` (the evaluation core's), once; returns
         it (None if nothing was announced or it could not start)."""

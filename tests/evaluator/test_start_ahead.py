@@ -261,6 +261,32 @@ def test_only_the_evaluating_thread_announces_starts_and_takes():
     assert taken is not None and taken.key == "k" and ahead.take("k") is None
 
 
+def test_a_cleared_announcement_starts_nothing():
+    """The plugin clears it for a process's last item: an evaluation that ended before starting
+    its next pair (its reference failed) must not leave that pair to be started by the next one."""
+    ahead = StartAhead()
+    ahead.announce("p.py", "c.py", CONFIG)
+    ahead.clear_announced()
+    assert ahead.start_announced(fake_start("k")) is None and ahead._started is None
+
+
+def test_the_plugin_announces_the_next_pair_and_clears_after_the_last(pytester):
+    from pytest_cudaagent import plugin
+    from pytest_cudaagent.pairing import Pair
+
+    config = pytester.parseconfig("--cudaagent-start-ahead", "--cudaagent-device", "cpu")
+    config.stash[plugin.PATHS] = plugin._absolute_paths(config)
+    session = pytest.Session.from_config(config)
+    first, second = (plugin.CandidateItem.from_parent(session, name=name, pair=Pair(SMALL_LEAKY, SAYS_WHEN.with_name(name)))
+                     for name in ("a.py", "b.py"))
+    plugin.pytest_runtest_protocol(first, second)
+    announced = start_ahead.state()._announced
+    assert announced is not None and announced[:2] == (SMALL_LEAKY, SAYS_WHEN.with_name("b.py"))
+    assert announced[2].device == "cpu"
+    plugin.pytest_runtest_protocol(second, None)
+    assert start_ahead.state()._announced is None
+
+
 def test_a_new_start_or_forget_closes_a_worker_whose_pair_never_came():
     ahead = StartAhead()
     ahead.announce("p.py", "c.py", CONFIG)
