@@ -54,6 +54,9 @@ def test_the_announced_candidate_builds_before_its_evaluation_and_is_judged_the_
     first_result = evaluate(SMALL_LEAKY, first, CONFIG)
     started = started_worker()
     assert started is not None and started.worker.process.is_alive()
+    deadline = time.monotonic() + 120
+    while "imported at" not in started.worker.log_tail() and time.monotonic() < deadline:
+        time.sleep(0.1)  # its import (the build) done, whatever the machine's load
     time.sleep(0.5)
     began = time.time()
     second_result = evaluate(SMALL_LEAKY, second, CONFIG)
@@ -153,7 +156,7 @@ def test_a_worker_started_ahead_is_held_to_the_memory_cap_while_it_waits(tmp_pat
     slow = tmp_path / "slow.py"
     slow.write_text(SAYS_WHEN.read_text().replace(
         "        return torch.nn.functional.leaky_relu(x, self.negative_slope)",
-        "        time.sleep(1.0)  # the current evaluation outlasts the next one's import\n"
+        "        time.sleep(2.0)  # the current evaluation outlasts the next one's import\n"
         "        return torch.nn.functional.leaky_relu(x, self.negative_slope)"))
     hog = tmp_path / "hog.py"
     hog.write_text(SAYS_WHEN.read_text().replace(
