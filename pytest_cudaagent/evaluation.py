@@ -38,7 +38,7 @@ from .reward import milestone_reward
 from .rules import get_policy
 from .sandbox import Sandbox, SandboxUnavailable, missing, refusal
 from .shared_tensors import SharedBufferPool, shared_copies
-from .start_ahead import StartedWorker, pair_key
+from .start_ahead import StartedWorker, started_worker_key
 from .static_scan import scan_candidate
 from .timer import fresh_call_count
 from .worker import CANDIDATE_REPLY_KEYS, candidate_main, reference_main
@@ -52,11 +52,7 @@ class ProblemError(BadFileError):
 
 def evaluate(problem: str | Path, candidate: str | Path, config: EvalConfig | None = None) -> Result:
     config = config or EvalConfig()
-    problem_path = check_problem(problem)
-    found = check_candidate(candidate)
-    device = config.resolved_device()
-    if device == "cuda" and not torch.cuda.is_available():
-        raise BadFileError("--device cuda asked for, but no CUDA GPU is visible; use --device cpu")
+    problem_path, found, device = checked_pair(problem, candidate, config)
     evaluation = Evaluation(problem_path, found, config, device)
     result = evaluation.run()
     if evaluation.killed_from_outside:  # says nothing of the candidate: once more (outside_kill.py)
@@ -64,6 +60,17 @@ def evaluate(problem: str | Path, candidate: str | Path, config: EvalConfig | No
         result = Evaluation(problem_path, found, config, device).run()
         result.warnings.append(Violation(outside_kill.RULE, outside_kill.first_outcome(first.status, first.error)))
     return result
+
+
+def checked_pair(problem: str | Path, candidate: str | Path, config: EvalConfig) -> tuple[Path, Candidate, str]:
+    """The problem, the candidate as found on disk, and the device they run on; BadFileError
+    for a file that cannot be evaluated or a GPU asked for that is not there."""
+    problem_path = check_problem(problem)
+    found = check_candidate(candidate)
+    device = config.resolved_device()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise BadFileError("--device cuda asked for, but no CUDA GPU is visible; use --device cpu")
+    return problem_path, found, device
 
 
 class Evaluation:
@@ -310,7 +317,7 @@ class Evaluation:
     def _spawn_candidate(self) -> Worker:
         """The candidate's worker: the one started ahead for this very evaluation (start_ahead.py),
         or a new one."""
-        ahead = start_ahead.state().take(self._pair_key)
+        ahead = start_ahead.state().take(self._started_worker_key)
         if ahead is not None:
             # Its sandbox, and the workspace files' hashes as they were before its code ran.
             self.sandbox, self.protected_hashes = ahead.sandbox, ahead.protected_hashes
@@ -323,9 +330,8 @@ class Evaluation:
         return worker
 
     @functools.cached_property
-    def _pair_key(self) -> str:
-        return pair_key(self.problem, self.candidate.path, self.candidate.source_hash(), self.device,
-                        self.config.to_dict())
+    def _started_worker_key(self) -> str:
+        return started_worker_key(self.problem, self.candidate, self.device, self.config)
 
     def _start_next(self) -> None:
         """The next pair this process evaluates, if announced: its worker starts now (once this
@@ -724,14 +730,10 @@ def start_ahead_worker(problem: Path, candidate_path: Path, config: EvalConfig) 
     """The announced next pair's candidate worker (start_ahead.py), or None where its evaluation
     would stop before starting one (a file that is not a problem or candidate, no GPU)."""
     try:
-        problem = check_problem(problem)
-        candidate = check_candidate(candidate_path)
-        device = config.resolved_device()
-        if device == "cuda" and not torch.cuda.is_available():
-            return None
+        problem, candidate, device = checked_pair(problem, candidate_path, config)
         # Before its code runs: what the evaluation checks its workspace files against.
         protected = candidate.protected_hashes(problem)
-        key = pair_key(problem, candidate.path, candidate.source_hash(), device, config.to_dict())
+        key = started_worker_key(problem, candidate, device, config)
     except (BadFileError, OSError):
         return None
     worker, sandbox = start_candidate_worker(candidate, config, device)

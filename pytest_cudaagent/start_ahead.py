@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # channel imports torch; the plugin announces and forgets without it
     from .channel import Worker
     from .config import EvalConfig
+    from .files import Candidate
     from .sandbox import Sandbox
 
 
@@ -49,11 +50,11 @@ class StartedWorker:
         self.sandbox.close()
 
 
-def pair_key(problem: Path, candidate_path: Path, source_hash: str, device: str, config: dict) -> str:
+def started_worker_key(problem: Path, candidate: Candidate, device: str, config: EvalConfig) -> str:
     """What must be equal for an evaluation to take a started worker: the problem, the candidate's
     path and sources (as its worker read them), the device and every setting."""
-    settings = json.dumps(config, sort_keys=True, default=str)
-    identity = json.dumps([str(Path(problem).resolve()), str(Path(candidate_path).resolve()), source_hash,
+    settings = json.dumps(config.to_dict(), sort_keys=True, default=str)
+    identity = json.dumps([str(Path(problem).resolve()), str(candidate.path.resolve()), candidate.source_hash(),
                            device, settings])
     return hashlib.sha256(identity.encode()).hexdigest()
 
