@@ -14,6 +14,7 @@ from pytest_cudaagent.config import (
     CONVENTIONS,
     TOLERANCE_PRESETS,
 )
+from pytest_cudaagent.rules import POLICY_NAMES
 
 # Arguments that name files or folders: made absolute against the caller's directory before the
 # command runs (pytest_cudaagent.user_paths).
@@ -70,7 +71,8 @@ def register_bench(subparsers) -> None:
     parser.add_argument("--baselines", default="eager,compile",
                         help="baselines to time once per problem: eager, compile, max-autotune (comma-separated)")
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
-    parser.add_argument("--policy", choices=("strict", "permissive"), default="strict")
+    parser.add_argument("--policy", choices=POLICY_NAMES, default="strict",
+                        help="strict (the paper's rules), permissive (KernelBench's) or calibration (the reference as its own candidate)")
     parser.add_argument("--tolerance", choices=sorted(TOLERANCE_PRESETS), default="default")
     parser.add_argument("--convention", choices=CONVENTIONS, default="kernelbench",
                         help="kernelbench (default) or cuda-agent: whose idea of correct (README, Conventions)")

@@ -69,10 +69,10 @@ def _problems(args, materialize_dir: Path) -> list[Problem]:
         else:
             problems = load_flat(args.problems or EXAMPLES_PROBLEMS)
         levels = [level for item in args.level for level in comma_list(item)]
-        ids = [number for item in args.problem_id for number in ids(item)]
+        problem_ids = [number for item in args.problem_id for number in ids(item)]
     except (FileNotFoundError, ValueError) as error:
         raise UsageError(str(error)) from None
-    chosen = select(problems, levels, ids, args.name)
+    chosen = select(problems, levels, problem_ids, args.name)
     if not chosen:
         raise UsageError(f"no problems left after selection (from {len(problems)}); check --level, "
                          "--problem-id and --name")

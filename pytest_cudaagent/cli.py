@@ -25,6 +25,7 @@ from .config import (
 )
 from .files import BadFileError
 from .result import Result
+from .rules import POLICY_NAMES
 from .sandbox import SandboxUnavailable
 from .user_paths import command_paths
 
@@ -92,7 +93,8 @@ def register(subparsers) -> None:
     parser.add_argument("--baselines", default="eager,compile",
                         help="comma-separated: eager, compile, max-autotune; empty for none")
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
-    parser.add_argument("--policy", choices=("strict", "permissive"), default="strict")
+    parser.add_argument("--policy", choices=POLICY_NAMES, default="strict",
+                        help="strict (the paper's rules), permissive (KernelBench's) or calibration (the reference as its own candidate)")
     parser.add_argument("--tolerance", choices=sorted(TOLERANCE_PRESETS), default="default",
                         help="default: fp32 at 1e-2 (KernelBench v0.1, the paper); kernelbench-main: fp32 at 1e-4; strict")
     parser.add_argument("--convention", choices=CONVENTIONS, default="kernelbench",

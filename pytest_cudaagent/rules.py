@@ -2,7 +2,8 @@
 
 `strict` is the paper's rule set (only tensor creation, views and the candidate's own kernels
 inside `forward`); `permissive` is KernelBench's (PyTorch glue allowed, but some kernel of the
-candidate's own must run).
+candidate's own must run); `calibration` is permissive without that last rule, for measuring the
+harness itself with a problem's own reference as its candidate (it judges no submission).
 """
 
 from __future__ import annotations
@@ -62,7 +63,11 @@ class Policy:
 POLICIES = {
     "strict": Policy("strict", allow_torch_compute=False, reject_lower_precision=True, reject_output_reuse=True),
     "permissive": Policy("permissive", allow_torch_compute=True),
+    # The reference given as its own candidate (benchmark/experiments/identity_set.py) runs only
+    # PyTorch's kernels: verdicts and speedups of the harness itself, which must read "passed, 1.00x".
+    "calibration": Policy("calibration", allow_torch_compute=True, require_own_kernel=False),
 }
+POLICY_NAMES = tuple(POLICIES)
 
 
 def get_policy(name: str) -> Policy:
