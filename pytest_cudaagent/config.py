@@ -128,6 +128,20 @@ class TimingConfig:
     cpu_inconsistent_fraction: float | None = None
     cpu_audit_ms_per_op: float = 0.15
     cpu_audit_ms_per_call: float = 0.005
+    # timing_unaccounted (outside_view.py): the candidate's timed request, by the evaluating
+    # process's own clock (less the worker's waits for a CPU), may exceed the samples it reported
+    # by this many times what the same loop costs around its calls on the reference's worker
+    # (measured over loop_cost_calls calls of a call that does nothing), plus the slack. On the
+    # 2-core CI box honest candidates stayed below 1.5 times it; a clock slowed 20 times on a
+    # 32 ms call hides 30 ms per call. None turns the check off.
+    unaccounted_factor: float | None = 3.0
+    unaccounted_slack_ms: float = 20.0
+    loop_cost_calls: int = 16
+    # background_thread (outside_view.py): a thread or process the candidate's code started may
+    # use this much CPU beyond the timed calls' own duration while they run, and this much per
+    # call (an OpenMP worker spinning a while after a parallel region ends).
+    new_thread_slack_ms: float = 20.0
+    new_thread_slack_per_call_ms: float = 0.5
     # A timed call's output outside tolerance but within this factor of it, in at most this
     # fraction of its elements, is a numerical difference (reported), not proof of skipped work.
     numerical_tolerance_factor: float = 10.0

@@ -28,8 +28,8 @@ def device_key(device: str) -> str:
 
 
 def lock_dir() -> Path:
-    """The timing locks' own directory: a sandboxed candidate may create and lock files here, and
-    nowhere else outside its scratch space (sandbox.py)."""
+    """The timing locks' own directory: only the evaluating processes and the reference's workers
+    open it; a sandboxed candidate can neither read nor write it (sandbox.py)."""
     return Path(os.environ.get("CUDAAGENT_LOCK_DIR", tempfile.gettempdir())) / "cudaagent-locks"
 
 
@@ -93,11 +93,15 @@ def _hold_work_exclusively(work_handle, turnstile_handle, wait_s: float) -> bool
 
 
 @contextmanager
-def device_lock(device: str, quiet_wait_s: float = 30.0):
+def device_lock(device: str, quiet_wait_s: float = 30.0, on_behalf_of: int | None = None):
     """Held for the whole of a timing: no other timing, and no untimed work of ours
     (`device_work`) unless that did not end within `quiet_wait_s` (TimingConfig.quiet_wait_s;
-    DeviceHold.quiet is then False). With CUDAAGENT_LOCK_LOG set, each hold is logged as
-    `device holder acquired_ns released_ns` so a run can show that timings never overlapped."""
+    DeviceHold.quiet is then False). The one place the timing lock is acquired: the evaluating
+    process takes it on a candidate's worker's behalf (`on_behalf_of`: that process's pid), since
+    a candidate that could open the lock directory could hold every other timing of the machine.
+    With CUDAAGENT_LOCK_LOG set, each hold is logged as `device holder acquired_ns released_ns`
+    (holder `pid-token`, or `pid-token>worker_pid` on a worker's behalf) so a run can show that
+    timings never overlapped."""
     path = lock_path(device)
     path.parent.mkdir(parents=True, exist_ok=True)
     work, turnstile = _work_paths(device)
@@ -118,7 +122,8 @@ def device_lock(device: str, quiet_wait_s: float = 30.0):
             log = os.environ.get("CUDAAGENT_LOCK_LOG")
             if log:
                 with open(log, "a") as log_handle:
-                    log_handle.write(f"{device_key(device)} {holder_id()} {acquired_ns} {released_ns}\n")
+                    holder = holder_id() if on_behalf_of is None else f"{holder_id()}>{on_behalf_of}"
+                    log_handle.write(f"{device_key(device)} {holder} {acquired_ns} {released_ns}\n")
 
 
 def holder_id() -> str:

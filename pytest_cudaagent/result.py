@@ -87,6 +87,9 @@ class Result:
     # "candidate_entries"} (conventions.load_reference_weights).
     weights: dict[str, int] = field(default_factory=dict)
     nondeterministic_trials: list[int] = field(default_factory=list)  # trials the reference cannot repeat
+    # The candidate's timed calls as the evaluating process saw them from outside its worker
+    # (outside_view.Account): wall_ms, samples_ms, unaccounted_ms, allowed_ms, new_threads_cpu_ms.
+    timed_request: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
