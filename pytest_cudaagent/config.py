@@ -139,8 +139,10 @@ class TimingConfig:
     loop_cost_calls: int = 16
     # background_thread (outside_view.py): a thread or process the candidate's code started may
     # use this much CPU beyond the timed calls' own duration while they run, and this much per
-    # call (an OpenMP worker spinning a while after a parallel region ends).
-    new_thread_slack_ms: float = 20.0
+    # call (an OpenMP worker spinning a while after a parallel region ends). Threads' CPU times
+    # are read in nanoseconds; one that ended meanwhile is known only in clock ticks, and gets
+    # two ticks more.
+    new_thread_slack_ms: float = 5.0
     new_thread_slack_per_call_ms: float = 0.5
     # A timed call's output outside tolerance but within this factor of it, in at most this
     # fraction of its elements, is a numerical difference (reported), not proof of skipped work.

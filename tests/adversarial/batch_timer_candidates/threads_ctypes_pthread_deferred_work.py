@@ -1,5 +1,5 @@
 """Threads: a thread made by calling libc's pthread_create through ctypes, running Python (a
-ctypes callback), started at import: threading never heard of it. It does 20 ms of CPU work after
+ctypes callback), started at import: threading never heard of it. It does 50 ms of CPU work after
 every forward has returned: background_thread."""
 
 import ctypes
@@ -43,12 +43,10 @@ static void *deferred(void *unused) {
         while (!pending) pthread_cond_wait(&wake, &lock);
         pending--;
         pthread_mutex_unlock(&lock);
-        burn(20.0);
+        burn(50.0);
     }
     return unused;
 }
-
-static void *spinning(void *unused) { for (;;) burn(1000.0); return unused; }
 
 static void *idle(void *unused) {
     pthread_mutex_lock(&idle_lock);
@@ -63,7 +61,6 @@ static void start(void *(*body)(void *)) {
 }
 
 void start_deferred(void) { start(deferred); }
-void start_spinning(void) { start(spinning); }
 void start_idle(void) { start(idle); }
 
 void notify(void) {
@@ -119,7 +116,7 @@ def _deferred(unused):
     while True:
         WORK.wait()
         WORK.clear()
-        until = time.thread_time() + 0.02
+        until = time.thread_time() + 0.05
         while time.thread_time() < until:
             sum(range(1000))
 

@@ -43,12 +43,10 @@ static void *deferred(void *unused) {
         while (!pending) pthread_cond_wait(&wake, &lock);
         pending--;
         pthread_mutex_unlock(&lock);
-        burn(20.0);
+        burn(50.0);
     }
     return unused;
 }
-
-static void *spinning(void *unused) { for (;;) burn(1000.0); return unused; }
 
 static void *idle(void *unused) {
     pthread_mutex_lock(&idle_lock);
@@ -63,7 +61,6 @@ static void start(void *(*body)(void *)) {
 }
 
 void start_deferred(void) { start(deferred); }
-void start_spinning(void) { start(spinning); }
 void start_idle(void) { start(idle); }
 
 void notify(void) {

@@ -1,5 +1,5 @@
 """Threads: a native thread (pthread, C built at import, invisible to threading.enumerate) started
-at import does 20 ms of CPU work after every forward has returned, between the timed calls,
+at import does 50 ms of CPU work after every forward has returned, between the timed calls,
 where no clock looks. Before #44 only Python threads started during a watched call were seen;
 now every thread of the worker that did not exist before the candidate's code was loaded is held
 to using no more CPU than the timed calls lasted: background_thread."""
@@ -43,12 +43,10 @@ static void *deferred(void *unused) {
         while (!pending) pthread_cond_wait(&wake, &lock);
         pending--;
         pthread_mutex_unlock(&lock);
-        burn(20.0);
+        burn(50.0);
     }
     return unused;
 }
-
-static void *spinning(void *unused) { for (;;) burn(1000.0); return unused; }
 
 static void *idle(void *unused) {
     pthread_mutex_lock(&idle_lock);
@@ -63,7 +61,6 @@ static void start(void *(*body)(void *)) {
 }
 
 void start_deferred(void) { start(deferred); }
-void start_spinning(void) { start(spinning); }
 void start_idle(void) { start(idle); }
 
 void notify(void) {

@@ -1,5 +1,6 @@
-"""Threads: the first forward starts a native thread (pthread, C built at import) that spins from
-then on, through every timed call and every gap between them: background_thread."""
+"""Threads: the first forward starts a native thread (pthread, C built at import, so the guard's
+look at Python's threads after a watched call never finds it) that does 50 ms of CPU work after
+every later forward has returned: background_thread."""
 
 import ctypes
 import os
@@ -40,12 +41,10 @@ static void *deferred(void *unused) {
         while (!pending) pthread_cond_wait(&wake, &lock);
         pending--;
         pthread_mutex_unlock(&lock);
-        burn(20.0);
+        burn(50.0);
     }
     return unused;
 }
-
-static void *spinning(void *unused) { for (;;) burn(1000.0); return unused; }
 
 static void *idle(void *unused) {
     pthread_mutex_lock(&idle_lock);
@@ -60,7 +59,6 @@ static void start(void *(*body)(void *)) {
 }
 
 void start_deferred(void) { start(deferred); }
-void start_spinning(void) { start(spinning); }
 void start_idle(void) { start(idle); }
 
 void notify(void) {
@@ -118,6 +116,8 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         if not self.started:
-            LIBRARY.start_spinning()
+            LIBRARY.start_deferred()
             self.started = True
-        return leaky(x, self.slope)
+        out = leaky(x, self.slope)
+        LIBRARY.notify()
+        return out
