@@ -128,12 +128,13 @@ class TimingConfig:
     cpu_inconsistent_fraction: float | None = None
     cpu_audit_ms_per_op: float = 0.15
     cpu_audit_ms_per_call: float = 0.005
-    # timing_unaccounted (outside_view.py): the candidate's timed request, by the evaluating
-    # process's own clock (less the worker's waits for a CPU), may exceed the samples it reported
-    # by this many times what the same loop costs around its calls on the reference's worker
-    # (measured over loop_cost_calls calls of a call that does nothing), plus the slack. On the
-    # 2-core CI box honest candidates stayed below 1.5 times it; a clock slowed 20 times on a
-    # 32 ms call hides 30 ms per call. None turns the check off.
+    # timing_unaccounted (outside_view.py): the candidate's timed request, seen from the
+    # evaluating process (the worker's CPU time on the CPU, its own clock on the GPU), may exceed
+    # the samples it reported by this many times what the same loop costs around its calls on the
+    # reference's worker (measured over loop_cost_calls calls of a call that does nothing), plus
+    # the slack. On the 2-core CI box under load honest candidates used at most 1.0 times it; a
+    # clock slowed 20 times on a 32 ms call hides 30 ms a call, the CPU loop costs a few ms a
+    # call. None turns the check off.
     unaccounted_factor: float | None = 3.0
     unaccounted_slack_ms: float = 20.0
     loop_cost_calls: int = 16

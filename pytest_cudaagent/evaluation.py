@@ -548,6 +548,9 @@ class Evaluation:
             ("calibrate", overlap, staged, count), self.config.run_timeout_s),
             worker=reference_worker, problem_side=True, record=False)
         received = time.perf_counter_ns()
+        if "unmeasured" in measured:
+            self._add_warnings([Violation(outside_view.UNACCOUNTED, f"not checked: {measured['unmeasured']}")])
+            return None
         if self.device == "cpu":
             return outside_view.cpu_loop_cost(measured["loop_cpu_ns"], count)
         return outside_view.wall_loop_cost((sent + measured["setup_ns"], received), measured["samples_ms"],

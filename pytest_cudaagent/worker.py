@@ -323,10 +323,19 @@ def reference_main(conn, spec: dict) -> None:
     def calibrate(overlap: bool, staged: bool, count: int) -> dict:
         """What the candidate's timed loop costs around its calls, measured here where no
         candidate code runs: the same loop (timed_calls) over the warm-up sets, `staged` as the
-        candidate's were, with a call that returns the recorded outputs and does nothing else.
-        The evaluator holds the timing lock meanwhile and times this request with its own clock
-        (outside_view.py); `setup_ns` is what came before the loop, `loop_cpu_ns` this thread's CPU
-        time in the loop."""
+        candidate's were (or not, where they do not fit here: that loop costs more), with a call
+        that returns the recorded outputs and does nothing else. The evaluator holds the timing
+        lock meanwhile and times this request with its own clock (outside_view.py); `setup_ns` is
+        what came before the loop, `loop_cpu_ns` this thread's CPU time in the loop. Without
+        device memory for it (the candidate's worker holds its staged sets meanwhile),
+        `unmeasured` says so."""
+        try:
+            return measure_loop(overlap, staged, count)
+        except torch.OutOfMemoryError as error:
+            torch.cuda.empty_cache()
+            return {"unmeasured": f"no device memory to measure the timed loop's own cost ({str(error)[:200]})"}
+
+    def measure_loop(overlap: bool, staged: bool, count: int) -> dict:
         began = time.perf_counter_ns()
         warm_sets = state["sets"][config.trials:]
         picked = [warm_sets[index % len(warm_sets)] for index in range(count)]
