@@ -145,6 +145,12 @@ class TimingConfig:
     # two ticks more.
     new_thread_slack_ms: float = 5.0
     new_thread_slack_per_call_ms: float = 0.5
+    # And while the worker waits for its next request, this long after the last timed call (no
+    # call runs then: an idle thread uses nothing, a spinning OpenMP worker well under the slack),
+    # any of those threads may use at most this much CPU. Under heavy load a thread that works
+    # between calls gets no more CPU than the preempted calls last; it still works here.
+    idle_watch_ms: float = 20.0
+    idle_thread_slack_ms: float = 2.0
     # A timed call's output outside tolerance but within this factor of it, in at most this
     # fraction of its elements, is a numerical difference (reported), not proof of skipped work.
     numerical_tolerance_factor: float = 10.0

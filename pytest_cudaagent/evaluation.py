@@ -520,11 +520,16 @@ class Evaluation:
             reply = worker.request(("time",), self.config.run_timeout_s)
             received = time.perf_counter_ns()
             after = outside_view.snapshot(self._serving_pid)
+            time.sleep(timing.idle_watch_ms / 1000)  # the worker idle: what its own threads do meanwhile
+            idle = outside_view.snapshot(self._serving_pid)
             audit = worker.request(("audit", [_for_candidate(s) for s in audited_sets]), self.config.run_timeout_s)
         self._add_violations(reply["violations"] + audit["findings"])
         self._note_precision(audit["precision"])
         self._note_backend_settings(audit["backend_settings"])
         self._account_for_timed_calls(reply, timed_count, (sent, received), before, after, cost)
+        if self._harness_threads is not None:
+            self._add_violations([violation for violation in [outside_view.idle_threads_violation(
+                after, idle, self._harness_threads, timing.idle_watch_ms, timing.idle_thread_slack_ms)] if violation])
         self._check_timed_outputs("timed", timed_sets, audit["timed_outputs"])
         self._check_timed_outputs("audited", audited_sets, audit["audited_outputs"])
         stats = TimingStats.from_samples(reply["samples_ms"], warm["device_ms"], warm["launch_overlapped"])

@@ -7,9 +7,9 @@ through `gc` and made it run 20 times slow: 17x unearned). This process is out o
 the worker's account is held against what is seen from here:
 
 - `timing_unaccounted`: the timed request, as this process sees it (the worker's CPU time on the
-  CPU, its own clock on the GPU), must be the samples plus what the loop around the calls costs. That
-  cost is measured, by this process's clock, on the same loop run by the reference's worker with
-  a call that does nothing (`LoopCost`); more than `unaccounted_factor` times it, plus
+  CPU, its own clock on the GPU), must be the samples plus what the loop around the calls costs.
+  That cost is measured on the same loop run by the reference's worker, where no candidate code
+  runs, with a call that does nothing (`LoopCost`); more than `unaccounted_factor` times it, plus
   `unaccounted_slack_ms`, was work done outside the timed regions or a clock that lies. The
   worker's clock readings of each call (`stamps_ns`, host CLOCK_MONOTONIC, the clock this
   process reads too) must also fall inside the request, in order, and agree with the samples.
@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 import os
 import statistics
-import time
 from dataclasses import dataclass, field
 
 import psutil
@@ -85,7 +84,6 @@ def _process_cpu_ns(pid: int) -> int | None:
 
 @dataclass
 class Snapshot:
-    at_ns: int
     serving: int
     run_ns: dict[tuple[int, int], int] = field(default_factory=dict)  # (pid, host tid) -> CPU time
     inner_tids: dict[int, int] = field(default_factory=dict)  # the serving process's: host tid -> own tid
@@ -94,7 +92,7 @@ class Snapshot:
 
 def snapshot(serving: int, with_tree: bool = True) -> Snapshot:
     """The serving process's threads (and with `with_tree` every process below it), now."""
-    taken = Snapshot(time.perf_counter_ns(), serving)
+    taken = Snapshot(serving)
     try:
         pids = tree_pids(serving) if with_tree else [serving]
     except psutil.Error:
@@ -217,14 +215,13 @@ def unaccounted_violation(found: Account, device: str) -> Violation | None:
 # -- threads the candidate started ------------------------------------------------------------------
 
 
-def new_threads_violation(before: Snapshot, after: Snapshot, known_tids: set[int], spans_ns: int, calls: int,
-                          slack_ms: float, per_call_slack_ms: float) -> tuple[float, Violation | None]:
-    """(CPU milliseconds used while the calls ran by every thread and process that did not exist
-    before the candidate's code was loaded, the violation if one of them used more than the calls
-    lasted, `spans_ns`, plus the slacks)."""
-    bound_ns = spans_ns + (slack_ms + calls * per_call_slack_ms) * 1e6
+def _new_threads_cpu(before: Snapshot, after: Snapshot, known_tids: set[int],
+                     with_ended: bool) -> tuple[int, tuple[str, int] | None]:
+    """(CPU nanoseconds every thread and process that did not exist before the candidate's code was
+    loaded used between the snapshots, (who, nanoseconds) of the busiest). `with_ended`: threads
+    that ended meanwhile too, from the process's total (in clock ticks, so two ticks less)."""
     serving = after.serving
-    total_ns, worst = 0, None
+    total_ns, busiest = 0, None
     live_serving_ns = 0
     for (pid, tid), run_ns in after.run_ns.items():
         used = run_ns - before.run_ns.get((pid, tid), 0)
@@ -233,17 +230,39 @@ def new_threads_violation(before: Snapshot, after: Snapshot, known_tids: set[int
             if after.inner_tids.get(tid, before.inner_tids.get(tid)) in known_tids:
                 continue
         total_ns += used
-        if used > bound_ns and (worst is None or used > worst[1]):
-            worst = (f"thread {after.inner_tids.get(tid, tid)} of process {pid}", used)
-    if before.serving_cpu_ns is not None and after.serving_cpu_ns is not None:
-        # Threads that ended while the calls ran are only in the process's total (in clock ticks).
+        if busiest is None or used > busiest[1]:
+            busiest = (f"thread {after.inner_tids.get(tid, tid)} of process {pid}", used)
+    if with_ended and before.serving_cpu_ns is not None and after.serving_cpu_ns is not None:
         ended_ns = after.serving_cpu_ns - before.serving_cpu_ns - live_serving_ns - 2 * _TICK_NS
         total_ns += max(ended_ns, 0)
-        if ended_ns > bound_ns and (worst is None or ended_ns > worst[1]):
-            worst = ("threads that ended meanwhile", ended_ns)
-    if worst is None:
+        if busiest is None or ended_ns > busiest[1]:
+            busiest = ("threads that ended meanwhile", ended_ns)
+    return total_ns, busiest
+
+
+def new_threads_violation(before: Snapshot, after: Snapshot, known_tids: set[int], spans_ns: int, calls: int,
+                          slack_ms: float, per_call_slack_ms: float) -> tuple[float, Violation | None]:
+    """(CPU milliseconds used while the calls ran by the candidate's own threads and processes, the
+    violation if one of them used more than the calls lasted, `spans_ns`, plus the slacks)."""
+    total_ns, busiest = _new_threads_cpu(before, after, known_tids, with_ended=True)
+    if busiest is None or busiest[1] <= spans_ns + (slack_ms + calls * per_call_slack_ms) * 1e6:
         return total_ns / 1e6, None
-    who, used = worst
+    who, used = busiest
     return total_ns / 1e6, Violation(THREADS, (
         f"{who}, started by the candidate's code, used {used / 1e6:.3f} ms of CPU while the timed calls ran, more "
         f"than the {spans_ns / 1e6:.3f} ms they lasted: it worked between the calls, after forward had returned"))
+
+
+def idle_threads_violation(after_calls: Snapshot, later: Snapshot, known_tids: set[int], idle_ms: float,
+                           slack_ms: float) -> Violation | None:
+    """After the last timed call, while the worker waits for its next request (`idle_ms` between the
+    snapshots) no call runs at all: a thread of the candidate's that uses more than `slack_ms` of
+    CPU then works outside the calls, however loaded the machine (threads that ended meanwhile are
+    known only in clock ticks, so only live ones count here)."""
+    _, busiest = _new_threads_cpu(after_calls, later, known_tids, with_ended=False)
+    if busiest is None or busiest[1] <= slack_ms * 1e6:
+        return None
+    who, used = busiest
+    return Violation(THREADS, (
+        f"{who}, started by the candidate's code, used {used / 1e6:.3f} ms of CPU in the {idle_ms:.0f} ms after the "
+        "last timed call, while no call ran: it works after forward has returned"))

@@ -61,6 +61,9 @@ run_section() {
                    -m gpu -v -p no:cacheprovider -rA --durations=10 -n "${TEST_WORKERS:-6}" -o faulthandler_timeout=300
                  python3 -m pytest tests/adversarial/test_batch_and_timer.py tests/evaluator/test_outside_view.py \
                    tests/evaluator/test_tensor_trees.py -q -p no:cacheprovider -rfE -n "${TEST_WORKERS:-6}" ;;
+    # #44: Result.timed_request of honest GPU code (launch-bound, CUDA graph, streams, milliseconds) and a cheat, repeated.
+    timed-accounting) python3 -m benchmark.experiments.timed_accounting --device cuda --repeats "${REPEATS:-3}" \
+                        --json "$OUT/timed_accounting_cuda.json" ;;
     # KernelBench's own eval beside ours (a checkout in $KERNELBENCH, default .kernelbench, carried;
     # its eval needs pydantic: carry the wheels in .whl, installed below when present).
     # DIFF_PROGRESS_FROM: the pairs file an earlier, cut-short call brought back (carried): only the rest is judged.
@@ -196,7 +199,7 @@ run_section() {
                      tail -3 /tmp/throughput/sequential.log ;;
     throughput-report) python3 -m benchmark.experiments.harness_throughput --device cuda --work /tmp/throughput --phase report \
                          --json "$OUT/throughput.json" ;;
-    *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests gpu-tests-core gpu-tests-rest gpu-tests batch-timer differential compat-bench speed-fidelity" \
+    *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests gpu-tests-core gpu-tests-rest gpu-tests batch-timer timed-accounting differential compat-bench speed-fidelity" \
             "l2 sandbox faults reward build-speed warm-load side-by-side baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
             "throughput-harness throughput-sequential throughput-wait throughput-report"
        return 2 ;;

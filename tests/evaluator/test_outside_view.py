@@ -44,7 +44,7 @@ def test_the_loop_cost_comes_from_the_trusted_calls_gaps_and_the_request_around_
 
 
 def snapshots(serving: int, before: dict, after: dict, inner: dict, cpu: tuple[int, int] = (0, 0)) -> tuple:
-    return (Snapshot(0, serving, before, dict(inner), cpu[0]), Snapshot(1, serving, after, dict(inner), cpu[1]))
+    return Snapshot(serving, before, dict(inner), cpu[0]), Snapshot(serving, after, dict(inner), cpu[1])
 
 
 def test_time_outside_the_samples_is_held_to_the_loops_cost():
@@ -109,3 +109,12 @@ def test_a_snapshot_of_this_process_sees_its_threads_and_their_cpu():
     assert after.run_ns[main] - before.run_ns[main] >= 50 * MS
     assert after.inner_tids[os.getpid()] == os.getpid() and worker.native_id in after.inner_tids
     assert after.serving_cpu_ns >= before.serving_cpu_ns
+
+
+def test_a_thread_of_the_candidates_that_works_while_no_call_runs_is_a_background_thread():
+    after, later = snapshots(10, {(10, 10): 0, (10, 11): 0, (10, 12): 0},
+                             {(10, 10): 1 * MS, (10, 11): 30 * MS, (10, 12): 1 * MS}, {10: 1, 11: 2, 12: 3})
+    assert outside_view.idle_threads_violation(after, later, {1, 2}, 20.0, 2.0) is None  # the harness's, and 1 ms
+    busy_after, busy_later = snapshots(10, {(10, 10): 0, (10, 12): 0}, {(10, 10): 0, (10, 12): 8 * MS}, {10: 1, 12: 3})
+    violation = outside_view.idle_threads_violation(busy_after, busy_later, {1}, 20.0, 2.0)
+    assert violation.rule == "background_thread" and "while no call ran" in violation.detail

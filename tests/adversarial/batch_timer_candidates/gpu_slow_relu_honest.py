@@ -6,7 +6,7 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-REPEAT = 2000
+REPEAT = 4000
 
 
 @triton.jit
