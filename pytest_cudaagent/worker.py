@@ -332,8 +332,10 @@ def reference_main(conn, spec: dict) -> None:
         try:
             return measure_loop(overlap, staged, count)
         except torch.OutOfMemoryError as error:
-            torch.cuda.empty_cache()
             return {"unmeasured": f"no device memory to measure the timed loop's own cost ({str(error)[:200]})"}
+        finally:
+            if device.startswith("cuda"):
+                torch.cuda.empty_cache()  # its flush buffer and staged sets back to the device, for the candidate
 
     def measure_loop(overlap: bool, staged: bool, count: int) -> dict:
         began = time.perf_counter_ns()
