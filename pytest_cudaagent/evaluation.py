@@ -96,6 +96,8 @@ class Evaluation:
         self._lent = SharedBufferPool()
         # The reference's reply to "prepare" (its own, or a batch's kept one), once received.
         self._prepared: dict | None = None
+        # What the candidate is built from: init inputs, the reference's state_dict, the seed.
+        self._construction: tuple = ()
         # A kept reference's CPU seconds before this evaluation (Result.profile["cpu.reference"]),
         # and how many evaluations of the batch have used it, this one included.
         self._reference_cpu_before = 0.0
@@ -135,6 +137,7 @@ class Evaluation:
                 self.config.run_timeout_s, label="prepare"), worker=reference_worker, problem_side=True)
             self._prepared = reference
             result.backend_settings = {"configured": reference["backend_settings"]}
+            self._note_stateful_reference(reference.get("stateful"))
             if self.config.timing:
                 self._ask_fresh_sets_ahead(reference_worker, reference)
             built = self._phase("build", lambda: candidate_worker.receive(self.config.build_timeout_s, label="build"))
@@ -152,9 +155,12 @@ class Evaluation:
                 # of the batch is sent these weights too.
                 init_inputs = shared_copies(init_inputs)
                 state_dict = dict(zip(state_dict, shared_copies(list(state_dict.values())), strict=True))
+            self._construction = (init_inputs, state_dict, reference["seed"])
             constructed = self._phase("construct", lambda: candidate_worker.request(
-                ("construct", init_inputs, state_dict, reference["seed"]), self.config.run_timeout_s))
+                ("construct", *self._construction), self.config.run_timeout_s))
             result.weights = constructed["weights"]
+            if "differing" in result.weights:  # kernelbench: built without a copy (_with_reference_weights)
+                result.weights["copy_needed"] = False
             trial_sets = reference["sets"][: self.config.trials]
             self._phase("correctness", lambda: self._check_trials(candidate_worker, reference_worker, trial_sets))
             self._confirm_static(static)
@@ -359,39 +365,81 @@ class Evaluation:
     def _check_trials(self, worker: Worker, reference_worker: Worker, trial_sets: list[dict]) -> None:
         """Each trial's set is given to the candidate twice from the second trial on: first
         unwatched (no operator audit), while whatever it kept holds the previous trial's answer,
-        then watched. Both calls are judged; the trial is the first that fails, else the watched."""
+        then watched. Both calls are judged; the trial is the first that fails, else the watched.
+        A reference that keeps state across calls was called on those sets twice as well, each
+        answer kept (worker._draw_sets): each call is compared with the reference's call at the
+        same position (`second`: the second call on a set)."""
         for index, trial_set in enumerate(trial_sets):
             unwatched, unwatched_outputs, unwatched_lent = (
                 self._checked_forward(worker, index, trial_set, watched=False) if index else (None, [], []))
-            trial, outputs, lent = self._checked_forward(worker, index, trial_set, watched=True)
-            judged_outputs = outputs
+            trial, outputs, lent = self._checked_forward(worker, index, trial_set, watched=True, second=bool(index))
+            if index == 0 and self._copy_may_help(trial):
+                trial, outputs, lent = self._with_reference_weights(worker, trial_set, (trial, outputs, lent))
+            judged_outputs, second = outputs, bool(index)
             if unwatched is not None and not unwatched.correct:
                 unwatched.error = f"called without the operator audit: {unwatched.error}"
-                trial, judged_outputs = unwatched, unwatched_outputs
+                trial, judged_outputs, second = unwatched, unwatched_outputs, False
             if not trial.correct and trial.error != OUTPUT_UNREADABLE \
-                    and not self._reference_repeats_itself(reference_worker, index, judged_outputs):
+                    and not self._reference_repeats_itself(reference_worker, index, judged_outputs, second):
                 self.result.nondeterministic_trials.append(index)
             self.result.trials.append(trial)
             self._lent.give_back(unwatched_lent + lent)  # judged: the next trial's outputs go there
         self._note_output_reuse(worker.request(("check_held",), self.config.run_timeout_s)["reused"])
         self.result.correct = all(trial.correct for trial in self.result.trials)
 
+    def _copy_may_help(self, trial: TrialResult) -> bool:
+        """kernelbench: the candidate as KernelBench builds it got its first trial wrong, and its
+        same-seed construction left entries of the reference's names and shapes unlike the
+        reference's (load_reference_weights' `differing`), which a copy would change."""
+        return not trial.correct and trial.error != OUTPUT_UNREADABLE and self.result.weights.get("differing", 0) > 0
+
+    def _with_reference_weights(self, worker: Worker, trial_set: dict, first: tuple) -> tuple:
+        """The candidate built again, the reference's entries whose name and shape match copied
+        in, and called on the first trial's set: kept if that is right (a candidate that creates
+        its parameters in another order), else the first build is, with its verdict (a copy
+        must never undo what the candidate's `__init__` computed: a constant folded into a
+        parameter that keeps its name is wrong only if it is wrong as built). Either build has
+        been called once when the other trials begin."""
+        timeout = self.config.run_timeout_s
+        constructed = worker.request(("construct", *self._construction, True), timeout)
+        retried = self._checked_forward(worker, 0, trial_set, watched=True)
+        copy_needed = retried[0].correct
+        worker.request(("keep_build", copy_needed), timeout)
+        if not copy_needed:
+            self._lent.give_back(retried[2])
+            return first
+        self._lent.give_back(first[2])
+        self.result.weights = {**constructed["weights"], "copy_needed": True}
+        return retried
+
+    def _note_stateful_reference(self, detail: str | None) -> None:
+        """A reference that keeps state across calls is named in the Result, and why its timed
+        calls' outputs are not compared (_time_candidate)."""
+        if not detail:
+            return
+        self.result.stateful_reference = True
+        self._add_warnings([Violation("stateful_reference", (
+            f"the reference keeps state across calls: {detail}. Each correctness call of the candidate was "
+            "compared with the reference's call at the same position; the timed calls' outputs are not compared "
+            "(their answers depend on every call before them, and the warm-up's count is the candidate's own)"))])
+
     def _checked_forward(self, worker: Worker, index: int, trial_set: dict,
-                         watched: bool) -> tuple[TrialResult, list, list]:
+                         watched: bool, second: bool = False) -> tuple[TrialResult, list, list]:
         """One call on a trial's set, every check of a correctness call applied to it; its
         judgement, the outputs it was made on, and the buffers lent for them (given back once the
-        outputs are no longer needed)."""
+        outputs are no longer needed). `second`: the second call on this set, judged against
+        the reference's second answer where it keeps state."""
+        expected = trial_set["outputs_again"] if second and "outputs_again" in trial_set else trial_set["outputs"]
         # A private copy: tensors cross the pipe in shared memory, so what the candidate writes
         # into its inputs would otherwise also change the pristine copy kept here. Made in
         # shared memory lent for the call, as are the buffers its outputs are copied into
         # (shared_tensors.py): nothing is copied again to cross, and each buffer is faulted in once.
         candidate_inputs = [self._lent.copy_of(value) for value in trial_set["inputs"]]
-        output_buffers = [self._lent.take(value) if type(value) is torch.Tensor else None
-                          for value in trial_set["outputs"]]
+        output_buffers = [self._lent.take(value) if type(value) is torch.Tensor else None for value in expected]
         # Storages, not tensors: nothing in the candidate's heap then looks like an output to
         # return (a search of it for a tensor of the output's shape found these).
         lent_storages = [None if buffer is None else buffer.untyped_storage() for buffer in output_buffers]
-        reply = worker.request(("forward", candidate_inputs, _nbytes(trial_set["outputs"]), trial_set["seed"], watched,
+        reply = worker.request(("forward", candidate_inputs, _nbytes(expected), trial_set["seed"], watched,
                                 lent_storages), self.config.run_timeout_s)
         self._lent.give_back(candidate_inputs)  # the call is over
         self._add_violations(reply["violations"] + reply["findings"])
@@ -402,19 +450,20 @@ class Evaluation:
                 self._add_violations([Violation("input_mutation", f"forward changed input {position}")])
         outputs = reply["outputs"]
         with self._profiled("compare"):
-            trial = compare_outputs(index, trial_set["outputs"], outputs, self.config.tolerances())
+            trial = compare_outputs(index, expected, outputs, self.config.tolerances())
         if None in outputs:
             trial.correct, trial.error = False, OUTPUT_UNREADABLE
         return trial, outputs, output_buffers
 
-    def _reference_repeats_itself(self, reference_worker: Worker, index: int, candidate_outputs=None) -> bool:
+    def _reference_repeats_itself(self, reference_worker: Worker, index: int, candidate_outputs=None,
+                                  second: bool = False) -> bool:
         """Asked only when the candidate disagrees: does the reference agree with itself under
         the same seed? If not, the trial cannot judge anyone. And under the run's backend
         settings, those the candidate ran under? If not, the trial cannot judge a candidate whose
         answer is the reference's under those settings; one that matches neither is wrong."""
         self._collect_fresh_sets(reference_worker)  # replies come in request order
         reply = self._phase("reference", lambda: reference_worker.request(
-            ("repeats_itself", index), self.config.run_timeout_s), worker=reference_worker, problem_side=True,
+            ("repeats_itself", index, second), self.config.run_timeout_s), worker=reference_worker, problem_side=True,
             record=False)
         if reply["deterministic"]:
             return True
@@ -494,8 +543,9 @@ class Evaluation:
         self._add_violations(reply["findings"])
         self._note_precision(reply["precision"])
         self._note_backend_settings(reply["backend_settings"])
-        self._check_timed_outputs("timed", timed_sets, reply["timed_outputs"])
-        self._check_timed_outputs("audited", audited_sets, reply["audited_outputs"])
+        if not self.result.stateful_reference:  # answers that depend on the calls before (_note_stateful_reference)
+            self._check_timed_outputs("timed", timed_sets, reply["timed_outputs"])
+            self._check_timed_outputs("audited", audited_sets, reply["audited_outputs"])
         stats = TimingStats.from_samples(reply["samples_ms"], warm["device_ms"], warm["launch_overlapped"])
         self.result.timing["candidate"] = stats
         if self.device == "cuda":

@@ -84,9 +84,15 @@ class Result:
     device: str = "cpu"
     convention: str = "kernelbench"  # whose "correct" the verdict follows (config.CONVENTIONS)
     # The reference's weights brought into the candidate: {"copied", "reference_entries",
-    # "candidate_entries"} (conventions.load_reference_weights).
+    # "candidate_entries"}, and under kernelbench "differing" (entries of the reference's name
+    # and shape that the same-seed construction left unlike the reference's) and "copy_needed"
+    # (the candidate was right only with them copied in) (conventions.load_reference_weights).
     weights: dict[str, int] = field(default_factory=dict)
     nondeterministic_trials: list[int] = field(default_factory=list)  # trials the reference cannot repeat
+    # The reference keeps state across calls (a second call on the same inputs under the same
+    # seed answers otherwise: an RNN's self.hidden): the candidate's calls were compared with
+    # the reference's at the same positions, its timed outputs not at all (warning stateful_reference).
+    stateful_reference: bool = False
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

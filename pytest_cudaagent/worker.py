@@ -73,6 +73,13 @@ def _to_device(values, device: str):
     return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
 
 
+def _pristine(values: list) -> list:
+    """Private copies of a set's inputs for one more call (a model may write into its inputs)."""
+    import torch
+
+    return [v.clone() if type(v) is torch.Tensor else v for v in values]
+
+
 def _to_cpu(values):
     import torch
 
@@ -175,22 +182,22 @@ def reference_main(conn, spec: dict) -> None:
         return
     state: dict = {}
 
-    def run_reference(inputs: list, seed: int) -> list:
+    def run_reference(inputs: list, seed: int, model=None) -> list:
         """The reference's call, right after seeding: a candidate that draws the same random
         numbers (dropout masks) in the same order gets the same answer."""
         _seed_all(seed)
         try:
             with torch.no_grad():
-                outputs = state["model"](*_to_device(inputs, device))
+                outputs = (model or state["model"])(*_to_device(inputs, device))
         except Exception as error:
             if convention.eval_mode:
                 raise
             raise RuntimeError(training_mode_hint(error)) from error
         return outputs if isinstance(outputs, (tuple, list)) else [outputs]
 
-    def draw_sets(count: int) -> list[dict]:
+    def draw_sets(count: int, trials: int = 0) -> list[dict]:
         with device_work(device):  # never beside another worker's timing
-            return _draw_sets(count)
+            return _draw_sets(count, trials)
 
     def draw_inputs(seed: int) -> list:
         """get_inputs() right after seeding, its tensors made on the GPU: as KernelBench draws them
@@ -206,9 +213,15 @@ def reference_main(conn, spec: dict) -> None:
                 _seed_all(seed)
         return list(problem.get_inputs())
 
-    def _draw_sets(count: int) -> list[dict]:
+    def _draw_sets(count: int, trials: int) -> list[dict]:
+        """`count` sets, each with the reference's answer. The first `trials` are the correctness
+        trials': from the second on, the candidate is called on each twice (unwatched, then
+        watched). The reference is called twice on the second set too: if it answers otherwise
+        the second time it keeps state across calls (an RNN's `self.hidden`), and it is then
+        called twice on every later trial set as well, each answer kept (`outputs_again`), so
+        every call of the candidate meets the reference's call at the same position."""
         sets = []
-        for _ in range(count):
+        for position in range(count):
             seed = _fresh_seed()
             _seed_all(seed)
             inputs = draw_inputs(seed)
@@ -216,8 +229,41 @@ def reference_main(conn, spec: dict) -> None:
             started = time.perf_counter()
             outputs = _to_send(run_reference(inputs, seed))  # the copy waits for the device
             state["forward_ms"] = min(state.get("forward_ms", math.inf), 1000 * (time.perf_counter() - started))
-            sets.append({"seed": seed, "inputs": sent_inputs, "outputs": outputs})
+            drawn = {"seed": seed, "inputs": sent_inputs, "outputs": outputs}
+            if 0 < position < trials and (position == 1 or state.get("stateful")):
+                again = run_reference(_pristine(sent_inputs), seed)
+                if state.get("stateful") or not same_as_recorded(outputs, again):
+                    again = _to_send(again)
+                    check = compare_outputs(position, outputs, again, config.tolerances())
+                    if state.get("stateful") or not check.correct:
+                        state.setdefault("stateful", f"a second call on trial {position}'s inputs under the same "
+                                                     f"seed answered otherwise ({check.error})")
+                        drawn["outputs_again"] = again
+            sets.append(drawn)
         return sets
+
+    def build_model(seed: int, init_inputs: list):
+        """As KernelBench builds it: under no_grad, right after the seed."""
+        _seed_all(seed)
+        with torch.no_grad():
+            return problem.Model(*init_inputs)
+
+    def placed(model):
+        model = model.to(device)
+        return model.eval() if convention.eval_mode else model
+
+    def replayed(index: int, second: bool) -> list:
+        """A stateful reference's answer at one call, computed again: a model built afresh as
+        the first was, called on the trial sets in the order the first was (once on the first
+        set, twice on each later one), up to that call."""
+        seed, init_inputs = state["construction"]
+        model = placed(build_model(seed, init_inputs))
+        outputs: list = []
+        for position, trial_set in enumerate(state["sets"][: index + 1]):
+            calls = 2 if position == index and second else 1 if position in (0, index) else 2
+            for _ in range(calls):
+                outputs = run_reference(_pristine(trial_set["inputs"]), trial_set["seed"], model)
+        return outputs
 
     def prepare(set_count: int) -> dict:
         # As KernelBench: one seed before the init inputs and again right before each model is
@@ -225,45 +271,53 @@ def reference_main(conn, spec: dict) -> None:
         construction_seed = _fresh_seed()
         _seed_all(construction_seed)
         init_inputs = list(problem.get_init_inputs())
-        _seed_all(construction_seed)
-        model = problem.Model(*init_inputs)
+        state["construction"] = (construction_seed, init_inputs)  # for a replay (replayed)
+        model = build_model(construction_seed, init_inputs)
         # Taken before any forward: training mode updates BatchNorm's running statistics.
         state_dict = model.state_dict()
         state_dict = dict(zip(state_dict, _to_send(list(state_dict.values())), strict=True))
-        model = model.to(device)
-        state["model"] = model.eval() if convention.eval_mode else model
-        state["sets"] = draw_sets(set_count)
+        state["model"] = placed(model)
+        state["sets"] = draw_sets(set_count, config.trials)
         return {"init_inputs": _to_send(init_inputs), "state_dict": state_dict, "seed": construction_seed,
                 "sets": state["sets"], "backend_settings": configured.to_dict(),
-                "forward_ms": state["forward_ms"] if set_count else None}
+                "forward_ms": state["forward_ms"] if set_count else None, "stateful": state.get("stateful")}
 
     def fresh_sets(count: int) -> dict:
         """Input sets no call has seen, with the reference's outputs: one per timed call."""
         return {"sets": draw_sets(count)}
 
-    def repeats_itself(index: int) -> dict:
-        """Whether the reference gives set `index` the same answer again: under the same seed,
-        and under the run's backend settings (those the candidate runs under: cuDNN's TF32 by
-        default) as at full fp32. A model whose answer those settings change beyond the
-        tolerance (a BatchNorm over two samples turns TF32's rounding into other signs) cannot
-        judge a candidate that runs PyTorch's own operators under them."""
+    def repeats_itself(index: int, second: bool = False) -> dict:
+        """Whether the reference gives set `index` the same answer again (`second`: the answer
+        of its second call on it, where it keeps state): under the same seed, and under the
+        run's backend settings (those the candidate runs under: cuDNN's TF32 by default) as at
+        full fp32. A model whose answer those settings change beyond the tolerance (a BatchNorm
+        over two samples turns TF32's rounding into other signs) cannot judge a candidate that
+        runs PyTorch's own operators under them. A stateful reference is asked by replaying its
+        calls on a model built afresh: the one it has has been called since."""
         trial_set = state["sets"][index]
+        recorded = trial_set["outputs_again"] if second and "outputs_again" in trial_set else trial_set["outputs"]
+
+        def answer_again() -> list:
+            if state.get("stateful"):
+                return replayed(index, second)
+            return run_reference(_pristine(trial_set["inputs"]), trial_set["seed"])
+
         with device_work(device):
-            again = run_reference(trial_set["inputs"], trial_set["seed"])
-            repeated = same_as_recorded(trial_set["outputs"], again)
+            again = answer_again()
+            repeated = same_as_recorded(recorded, again)
             if not repeated:
                 again = _to_cpu(again)
         if not repeated:
-            check = compare_outputs(index, trial_set["outputs"], again, config.tolerances())
+            check = compare_outputs(index, recorded, again, config.tolerances())
             if not check.correct:
                 return {"deterministic": False, "cause": "seed", "detail": check.error}
         if lowered_by_run:
             with applied(configured), device_work(device):
-                under_run = run_reference(trial_set["inputs"], trial_set["seed"])
-                if same_as_recorded(trial_set["outputs"], under_run):
+                under_run = answer_again()
+                if same_as_recorded(recorded, under_run):
                     return {"deterministic": True, "cause": None, "detail": None}
                 under_run = _to_send(under_run)
-            check = compare_outputs(index, trial_set["outputs"], under_run, config.tolerances())
+            check = compare_outputs(index, recorded, under_run, config.tolerances())
             if not check.correct:
                 # Its answer under those settings: the parent sees whether the candidate's is that one.
                 return {"deterministic": False, "cause": "settings", "settings": lowered_by_run, "detail": check.error,
@@ -301,6 +355,7 @@ CANDIDATE_REPLY_KEYS = {
     "sandbox": frozenset(),
     "built": frozenset(),
     "construct": frozenset({"weights"}),
+    "keep_build": frozenset(),
     "forward": frozenset({"outputs", "violations", "inputs_after", "findings", "precision"}),
     "check_held": frozenset({"reused"}),
     "warm": frozenset({"per_call_ms", "device_ms", "device_busy_ms", "kernel_names", "own_kernel_names",
@@ -365,10 +420,10 @@ def serve_candidate(conn, spec: dict) -> None:
     configured = configured_settings(config)
     described = spec["candidate"]
     candidate = Candidate(Path(described["path"]), Path(described["model_file"]), described["workspace"])
-    guard = ForwardGuard(get_policy(config.policy), device)
+    state: dict = {"held_outputs": []}
+    guard = ForwardGuard(get_policy(config.policy), device, model_of=lambda: state.get("model"))
     clock = Clock(device)
     timer = Timer(clock, config.timing_config)
-    state: dict = {"held_outputs": []}
 
     try:
         started, started_cpu = time.perf_counter(), _cpu_seconds_with_children()
@@ -386,13 +441,28 @@ def serve_candidate(conn, spec: dict) -> None:
         _reply_error(conn, "build", error)
         return
 
-    def construct(init_inputs: list, state_dict: dict, seed: int) -> dict:
-        _seed_all(seed)  # the seed the reference was built after (conventions.py)
-        model = state["module"].ModelNew(*init_inputs)
-        weights = load_reference_weights(model, state_dict, convention)
+    def construct(init_inputs: list, state_dict: dict, seed: int, copy: bool = False) -> dict:
+        """Builds ModelNew as the reference was built: under no_grad (an in-place fold of a
+        parameter in `__init__` is allowed there), right after the same seed (conventions.py).
+        `copy`: the second build, with the reference's matching entries copied in; the first is
+        kept aside until keep_build says which of the two the other calls use."""
+        if copy:
+            state["first_build"] = state.pop("model")
+        _seed_all(seed)
+        with torch.no_grad():
+            model = state["module"].ModelNew(*init_inputs)
+        weights = load_reference_weights(model, state_dict, convention, copy=copy)
         model = model.to(device)
         state["model"] = model.eval() if convention.eval_mode else model
         return {"weights": weights}
+
+    def keep_build(copied: bool) -> dict:
+        """After the second build's first trial: keep it (`copied`) or go back to the first."""
+        first = state.pop("first_build", None)
+        if not copied and first is not None:
+            state["model"] = first
+        del first
+        return {}
 
     def forward(inputs: list, output_nbytes: list[int], seed: int, watched: bool = True,
                 output_buffers: list | None = None) -> dict:
@@ -524,5 +594,5 @@ def serve_candidate(conn, spec: dict) -> None:
             "backend_settings": capture().to_dict(),  # in force when it was timed
         }
 
-    serve_requests(conn, {"construct": construct, "forward": forward, "check_held": check_held, "warm": warm,
+    serve_requests(conn, {"construct": construct, "keep_build": keep_build, "forward": forward, "check_held": check_held, "warm": warm,
                           "time": time_candidate})
