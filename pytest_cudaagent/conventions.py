@@ -10,7 +10,8 @@ mode they run, and how the reference's weights reach the candidate.
   is built again with the reference's entries whose name and shape match copied in, and judged
   that way only if that is right (a candidate that creates its parameters in another order);
   one that folded a constant into a parameter that keeps its name (`conv.weight.div_(d)`) is
-  right as built and keeps its own values.
+  right as built and keeps its own values. A single-file candidate's source is exec'd, as
+  KernelBench loads it (Triton, TileLang and CuTe sources are imported from their file, as there).
 - `cuda-agent`: the paper's workspace (`utils/verification.py`): both models in eval mode, the
   candidate loads the reference's `state_dict` strictly.
 """
@@ -27,10 +28,13 @@ class Convention:
     name: str
     eval_mode: bool  # both models switched to eval mode (inference semantics)
     strict_load: bool  # the candidate must load the reference's state_dict exactly
+    # A single-file candidate's source is exec'd as KernelBench's eval does (files.exec_file),
+    # not imported from its file: what reads a function's source (torch.jit.script) fails there.
+    exec_source: bool = False
 
 
 CONVENTIONS = {
-    "kernelbench": Convention("kernelbench", eval_mode=False, strict_load=False),
+    "kernelbench": Convention("kernelbench", eval_mode=False, strict_load=False, exec_source=True),
     "cuda-agent": Convention("cuda-agent", eval_mode=True, strict_load=True),
 }
 

@@ -403,7 +403,7 @@ def serve_candidate(conn, spec: dict) -> None:
     from .backend_settings import allows_tf32, capture
     from .config import EvalConfig
     from .conventions import get_convention, load_reference_weights
-    from .files import Candidate, build_workspace_extension, import_file
+    from .files import Candidate, build_workspace_extension, exec_file, import_file
     from .guards import ForwardGuard
     from .locks import device_lock, device_work
     from .memory import poison_free_memory
@@ -431,7 +431,8 @@ def serve_candidate(conn, spec: dict) -> None:
                            diet=config.header_diet, lean=config.header_diet_lean)
         if candidate.workspace:
             build_workspace_extension(candidate, device, Path(spec["extensions_dir"]) / "workspace")
-        module = import_file(candidate.model_file, "cudaagent_candidate")
+        load = exec_file if convention.exec_source and not candidate.workspace else import_file
+        module = load(candidate.model_file, "cudaagent_candidate")
         if not hasattr(module, "ModelNew"):
             raise AttributeError(f"{candidate.model_file} defines no ModelNew")
         state["module"] = module

@@ -60,6 +60,17 @@ run_section() {
     differential) if [ -f "${DIFF_PROGRESS_FROM:-}" ]; then cp "$DIFF_PROGRESS_FROM" "$OUT/differential_${RELEASE:-v0.1}.pairs.jsonl"; fi
                   python3 -m benchmark.experiments.kernelbench_differential --kernelbench "${KERNELBENCH:-.kernelbench}" \
                     --release "${RELEASE:-v0.1}" --jobs "${JOBS:-6}" --json "$OUT/differential_${RELEASE:-v0.1}.json" ;;
+    # #39 (folded constants, stateful references, self-tuned precision, scripting, scalar reads, and
+    # the sweep of what published solutions do in __init__ and forward): the gpu-marked compatibility
+    # tests, then KernelBench's eval beside ours on tests/compat and tests/compat/conventions (the
+    # default differential without the adversarial corpus); the summary counts the disagreements
+    # without a named row of the README's differences table (want 0). DIFF_PROGRESS_FROM as above.
+    issue39) gpu_tests tests/compat/test_compat.py tests/compat/test_real_code.py
+             if [ -f "${DIFF_PROGRESS_FROM:-}" ]; then cp "$DIFF_PROGRESS_FROM" "$OUT/differential_issue39.pairs.jsonl"; fi
+             python3 -m benchmark.experiments.kernelbench_differential --kernelbench "${KERNELBENCH:-.kernelbench}" \
+               --release "${RELEASE:-v0.1}" --jobs "${JOBS:-8}" --json "$OUT/differential_issue39.json" \
+               --pairs tests/compat/problems tests/compat/candidates \
+               --pairs tests/compat/conventions/problems tests/compat/conventions/candidates ;;
     # The compatibility suite through `cudaagent bench` under each convention (CONVENTIONS=... for one), leaderboards printed.
     # --resume: a results.jsonl an earlier call brought back (put in $OUT/compat-<convention>/) is continued.
     # The C++ (host-code) cases are CPU-only (tests/compat/README.md): given CUDA tensors they read
@@ -189,7 +200,7 @@ run_section() {
                      tail -3 /tmp/throughput/sequential.log ;;
     throughput-report) python3 -m benchmark.experiments.harness_throughput --device cuda --work /tmp/throughput --phase report \
                          --json "$OUT/throughput.json" ;;
-    *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests gpu-tests-core gpu-tests-rest gpu-tests differential compat-bench speed-fidelity" \
+    *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests gpu-tests-core gpu-tests-rest gpu-tests differential issue39 compat-bench speed-fidelity" \
             "l2 sandbox faults reward build-speed warm-load side-by-side baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
             "throughput-harness throughput-sequential throughput-wait throughput-report"
        return 2 ;;

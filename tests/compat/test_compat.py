@@ -34,7 +34,6 @@ CASES = {
     "randn_parameters": Case("`nn.Parameter(torch.randn(...))` in the reference's order, other names", PERMISSIVE, "cpu"),
     "reshaped_bias": Case("bias of shape (C,) where the reference's is (C, 1, 1)", PERMISSIVE, "cpu"),
     "num_batches_tracked": Case("BatchNorm written out; `num_batches_tracked` of another shape", PERMISSIVE, "cpu"),
-    "jit_script_swish": Case("`torch.jit.script` helper", PERMISSIVE, "cpu"),
     "out_buffer_tanh": Case("persistent `out=` buffer returned by every call", PERMISSIVE, "cpu"),
     "channels_last_conv": Case("channels_last weights and input", PERMISSIVE, "cpu"),
     "manual_softmax": Case("pure-PyTorch rewrite (max-shifted exp / sum)", PERMISSIVE, "cpu"),

@@ -8,7 +8,8 @@ otherwise than KernelBench (issue #39), on the CPU backend:
   reference's call at the same position (the extra unwatched call included), a failed trial is
   checked by replaying the reference on a model built afresh, and the Result names it stateful;
 - a solution that picks its precision by timing itself: judged on the answer it gave;
-- `torch.jit.script` inside try/except: the candidate runs as a module (scripting succeeds);
+- `torch.jit.script` inside try/except: the candidate's source is exec'd as KernelBench's eval
+  does, so scripting its functions fails and the except branch runs;
 - `.item()` of the model's own state in a setup path: not `host_compute` under permissive.
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudaagent import Result, evaluate
+from pytest_cudaagent import EvalConfig, Result, evaluate
 from tests.helpers import QUICK_TIMING, TEST_PROBLEMS, cpu_config
 
 HERE = Path(__file__).parent
@@ -206,14 +207,25 @@ def test_a_half_precision_answer_to_an_fp32_problem_is_incorrect():
 # -- torch.jit.script inside try/except ---------------------------------------------------------
 
 
-def test_scripting_succeeds_from_a_file_and_an_unannotated_float_fails_at_the_call():
-    """KernelBench exec's the source, where scripting fails and the except branch runs; the
-    kernelbench convention imports the file, as any program that uses the module would, so the
-    scripted function runs, and a float given to an unannotated (Tensor) parameter fails."""
-    result = convention_case("jit_fallback", "jit_fallback_sample_1")
-    assert result.status == "runtime_error", result.summary()
-    assert "Unable to cast 0.1 to Tensor" in result.error
+def test_kernelbench_execs_the_source_so_scripting_its_functions_fails_as_there():
+    """KernelBench exec's the candidate's source: no file behind its functions, so
+    torch.jit.script of one fails. Inside try/except the fallback runs (whatever the scripted
+    function would have done: sample 1's unannotated slope would be taken for a Tensor);
+    unguarded, the load fails (KernelBench: a compilation error)."""
+    assert convention_case("jit_fallback", "jit_fallback_sample_1").status == "passed"
     assert convention_case("jit_fallback", "jit_fallback_sample_2").status == "passed"
+    unguarded = convention_case("jit_script_swish", "jit_script_swish")
+    assert unguarded.status == "build_error", unguarded.summary()
+    assert "source" in unguarded.error
+
+
+def test_cuda_agent_imports_the_file_so_scripting_succeeds():
+    """The paper's workspace imports the file: the scripted function runs, and a float given to
+    an unannotated (so Tensor) parameter fails at the call."""
+    scripted = convention_case("jit_fallback", "jit_fallback_sample_1", convention="cuda-agent")
+    assert scripted.status == "runtime_error" and "Unable to cast 0.1 to Tensor" in scripted.error
+    assert convention_case("jit_fallback", "jit_fallback_sample_2", convention="cuda-agent").status == "passed"
+    assert convention_case("jit_script_swish", "jit_script_swish", convention="cuda-agent").status == "passed"
 
 
 # -- .item() of the model's own state -----------------------------------------------------------
@@ -229,3 +241,28 @@ def test_a_scalar_read_of_the_models_own_parameter_is_host_compute_only_under_st
 def test_a_host_loop_over_input_values_is_host_compute_under_permissive_too():
     result = run(TEST_PROBLEMS / "small_leaky_relu.py", ADVERSARIAL / "host_item_loop.py")
     assert result.status == "violation" and "host_compute" in {violation.rule for violation in result.violations}
+
+
+# -- the classes on the GPU, timed --------------------------------------------------------------
+
+GPU_CASES = [  # (directory, problem, candidate, status)
+    (HERE, "fold_div_inplace", "fold_div_inplace", "passed"),
+    (HERE, "fold_data_mul", "fold_data_mul", "passed"),
+    (HERE, "item_first_call_setup", "item_first_call_setup", "passed"),
+    (HERE, "rnn_hidden_buffer", "rnn_hidden_buffer", "passed"),
+    (CONVENTIONS, "stateful_rnn", "stateful_rnn_sample_1", "passed"),
+    (CONVENTIONS, "stateful_rnn", "stateful_rnn_sample_2", "incorrect"),
+    (CONVENTIONS, "two_layers", "two_layers", "passed"),
+    (CONVENTIONS, "jit_fallback", "jit_fallback_sample_1", "passed"),
+    (CONVENTIONS, "tuned_precision", "tuned_precision_sample_2", "incorrect"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("directory", "problem", "candidate", "status"), GPU_CASES,
+                         ids=[case[2] for case in GPU_CASES])
+def test_each_class_on_the_gpu(directory, problem, candidate, status):
+    config = EvalConfig(device="cuda", policy="permissive", baselines=(), timing_config=QUICK_TIMING)
+    result = evaluate(directory / "problems" / f"{problem}.py", directory / "candidates" / f"{candidate}.py", config)
+    assert result.status == status, f"{result.summary()}\n{result.log[-1500:]}"
+    assert result.stateful_reference is (problem in ("stateful_rnn", "rnn_hidden_buffer"))
