@@ -188,7 +188,7 @@ def reference_main(conn, spec: dict) -> None:
         _seed_all(seed)
         try:
             with torch.no_grad():
-                outputs = (model or state["model"])(*_to_device(inputs, device))
+                outputs = (state["model"] if model is None else model)(*_to_device(inputs, device))
         except Exception as error:
             if convention.eval_mode:
                 raise
