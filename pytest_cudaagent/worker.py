@@ -190,7 +190,12 @@ def reference_main(conn, spec: dict) -> None:
 
     def draw_sets(count: int) -> list[dict]:
         with device_work(device):  # never beside another worker's timing
-            return _draw_sets(count)
+            sets = _draw_sets(count)
+            if device.startswith("cuda"):
+                # Sent to the host: their blocks are given back, not kept in this process's cache
+                # while other evaluations need the device's memory (memory_gate.py).
+                torch.cuda.empty_cache()
+            return sets
 
     def draw_inputs(seed: int) -> list:
         """get_inputs() right after seeding, its tensors made on the GPU: as KernelBench draws them
@@ -235,7 +240,9 @@ def reference_main(conn, spec: dict) -> None:
         state["sets"] = draw_sets(set_count)
         return {"init_inputs": _to_send(init_inputs), "state_dict": state_dict, "seed": construction_seed,
                 "sets": state["sets"], "backend_settings": configured.to_dict(),
-                "forward_ms": state["forward_ms"] if set_count else None}
+                "forward_ms": state["forward_ms"] if set_count else None,
+                # The problem's device footprint while preparing (footprints.Measures).
+                "device_peak_bytes": torch.cuda.max_memory_reserved() if device.startswith("cuda") else 0}
 
     def fresh_sets(count: int) -> dict:
         """Input sets no call has seen, with the reference's outputs: one per timed call."""
