@@ -68,7 +68,7 @@ def evaluate(problem: str | Path, candidate: str | Path, config: EvalConfig | No
     config = config or EvalConfig()
     problem_path, found, device = checked_pair(problem, candidate, config)
     try:
-        gate = Gate(config.cache_dir, device)
+        gate = Gate(device)
         measures = FootprintStore(config.cache_dir).get(problem_path, device)
         footprint = estimate(measures, config, device) if measures is not None else None
         with gate.shared(config.memory_policy, footprint, str(problem_path)) as hold:

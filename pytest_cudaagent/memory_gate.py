@@ -8,9 +8,10 @@ stream of new shared holders). Under the "admit" policy a pair starts only when 
 device and host, less what running pairs reserved and have not yet taken, covers its footprint;
 a pair whose footprint is not yet known (its problem's first run here) starts at once.
 
-The files live in the cache directory (memory-gate/<device>/), which the sandbox hides from
-candidates: a candidate can neither hold the gate nor forge a reservation. Holding the gate alone
-does not evict what lives outside an evaluation: another evaluating process's kept reference
+Every evaluating process of the machine meets at one directory per device (`gate_root`), beside
+the timing locks' directory and not in it: the sandbox lets candidates write there, and a
+candidate must neither hold the gate nor forge a reservation. Holding the gate alone does not
+evict what lives outside an evaluation: another evaluating process's kept reference
 (reference_batch.py: its model and CUDA context) or a non-evaluator program on the same GPU.
 """
 
@@ -75,10 +76,17 @@ def device_key(device: str) -> str:
     return "cuda-" + (os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0")
 
 
+def gate_root() -> Path:
+    """Where the machine's evaluating processes meet: beside locks.lock_dir() (CUDAAGENT_LOCK_DIR)."""
+    from .locks import lock_dir
+
+    return lock_dir().parent / "cudaagent-memory-gate"
+
+
 class Gate:
-    def __init__(self, cache_dir: Path, device: str):
+    def __init__(self, device: str, root: Path | None = None):
         self.device = device
-        self.root = Path(cache_dir) / "memory-gate" / device_key(device)
+        self.root = Path(root or gate_root()) / device_key(device)
         self.holders = self.root / "holders"
         self.holders.mkdir(parents=True, exist_ok=True)
 

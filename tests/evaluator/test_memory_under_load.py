@@ -131,9 +131,14 @@ def markers():
     path.rmdir()
 
 
+@pytest.fixture(autouse=True)
+def private_gate(monkeypatch, tmp_path):
+    """A gate of this test's own: no other test's evaluation shares its device."""
+    monkeypatch.setattr("pytest_cudaagent.memory_gate.gate_root", lambda: tmp_path / "gate")
+
+
 @pytest.fixture
 def config(tmp_path):
-    """A cache of its own: this test's gate is shared with no other test's evaluations."""
     return cpu_config(policy="permissive", trials=2, cache_dir=tmp_path / "cache")
 
 
@@ -150,7 +155,7 @@ class Sharer(threading.Thread):
 
     def __init__(self, config, markers: Path, keep_full: bool = False):
         super().__init__(daemon=True)
-        self.gate = Gate(config.cache_dir, "cpu")
+        self.gate = Gate("cpu")
         self.markers, self.keep_full = markers, keep_full
         self.holding, self.done = threading.Event(), threading.Event()
         self.saw_retry_waiting = False
@@ -253,7 +258,7 @@ def test_the_references_out_of_memory_while_sharing_is_retried_and_alone_is_the_
 
 
 def test_a_retry_waiting_alone_keeps_new_evaluations_out_until_it_has_run(tmp_path):
-    gate = Gate(tmp_path, "cpu")
+    gate = Gate("cpu")
     order: list[str] = []
     running, release_running = threading.Event(), threading.Event()
 
@@ -291,7 +296,7 @@ def test_a_retry_waiting_alone_keeps_new_evaluations_out_until_it_has_run(tmp_pa
 
 
 def test_a_hold_knows_whom_it_shared_the_device_with(tmp_path):
-    gate = Gate(tmp_path, "cpu")
+    gate = Gate("cpu")
     with gate.shared("retry", None) as lonely:
         assert lonely.shared_with() == 0
     with gate.shared("retry", None) as first:
@@ -302,8 +307,8 @@ def test_a_hold_knows_whom_it_shared_the_device_with(tmp_path):
         assert alone.alone and alone.shared_with() == 0
 
 
-def _register_and_hang(cache_dir: Path, ready) -> None:
-    with Gate(cache_dir, "cpu").shared("retry", Footprint(0, 1 << 30)):
+def _register_and_hang(root: Path, ready) -> None:
+    with Gate("cpu", root).shared("retry", Footprint(0, 1 << 30)):
         ready.set()
         time.sleep(WAIT_S)
 
@@ -311,10 +316,10 @@ def _register_and_hang(cache_dir: Path, ready) -> None:
 def test_a_dead_evaluations_reservation_is_forgotten(tmp_path):
     context = multiprocessing.get_context("spawn")
     ready = context.Event()
-    process = context.Process(target=_register_and_hang, args=(tmp_path, ready), daemon=True)
+    process = context.Process(target=_register_and_hang, args=(tmp_path / "gate", ready), daemon=True)
     process.start()
     assert ready.wait(WAIT_S)
-    gate = Gate(tmp_path, "cpu")
+    gate = Gate("cpu")
     assert [holder.host_bytes for holder in gate.running()] == [1 << 30]
     os.kill(process.pid, signal.SIGKILL)
     process.join(WAIT_S)
@@ -328,7 +333,7 @@ def test_admission_waits_until_the_footprint_fits_beside_what_running_pairs_rese
     gib = 1024**3
     monkeypatch.setattr("pytest_cudaagent.memory_gate.free_memory", lambda device: (None, 10 * gib))
     monkeypatch.setattr("pytest_cudaagent.memory_gate.ADMISSION_POLL_S", 0.01)
-    gate = Gate(tmp_path, "cpu")
+    gate = Gate("cpu")
     events: list[str] = []
     with gate.shared("admit", Footprint(0, 8 * gib), "big") as running:
         assert running.admitted == "alone on the device"
