@@ -69,14 +69,12 @@ def evaluate(problem: str | Path, candidate: str | Path, config: EvalConfig | No
     problem_path, found, device = checked_pair(problem, candidate, config)
     try:
         gate = Gate(device)
-        measures = FootprintStore(config.cache_dir).get(problem_path, device)
-        footprint = estimate(measures, config, device) if measures is not None else None
-        with gate.shared(config.memory_policy, footprint, str(problem_path)) as hold:
+        with gate.shared(config.memory_policy, str(problem_path)) as hold:
             first = _Attempt.run(problem_path, found, config, device, hold)
         why = first.retry_reason()
         if why is None:
             return first.outcome()
-        with gate.alone(first.footprint or footprint, str(problem_path)) as hold:
+        with gate.alone(str(problem_path)) as hold:
             second = _Attempt.run(problem_path, found, config, device, hold)
         return second.outcome(retried=why, first=first)
     finally:
@@ -261,10 +259,12 @@ class Evaluation:
             if kept is None:
                 with self._profiled("parent.spawn_reference"):
                     reference_worker = self._spawn_reference()
+                self._admit(reference_worker)
                 # The reference computes while the candidate starts and builds.
                 reference_worker.send(("prepare", self._set_count()))
             else:
                 reference_worker = kept.worker
+                self._admit(None)
             if self.config.fast_build:
                 # Beside the candidate, not before it, and not waited for (fast_build.start_pch).
                 start_pch(self.candidate, self.config.cache_dir, self.device)
@@ -462,6 +462,26 @@ class Evaluation:
         if not reference_worker.process.is_alive():
             return False
         return sum(_set_bytes(content_set) for content_set in self._prepared["sets"]) <= KEEP_SET_BYTES
+
+    def _admit(self, reference_worker: Worker | None) -> None:
+        """Room for this pair's footprint (memory_gate.Hold.admit), waited for while the
+        candidate starts and builds, before the reference draws a set: the problem's measures
+        from its earlier runs, else one set sized by the reference on the meta device."""
+        hold = self.memory_hold
+        if hold is None:
+            return
+        try:
+            measures = FootprintStore(self.config.cache_dir).get(self.problem, self.device)
+        except OSError:
+            measures = None
+        if measures is None and hold.admits and reference_worker is not None:
+            sized = self._phase("reference", lambda: reference_worker.request(("sizes",), self.config.run_timeout_s),
+                                worker=reference_worker, problem_side=True, record=False)
+            if sized["input_bytes"] is not None:
+                measures = Measures(0, sized["input_bytes"], sized["output_bytes"])
+        self.footprint = estimate(measures, self.config, self.device) if measures is not None else None
+        with self._profiled("parent.admission"):
+            hold.admit(self.footprint)
 
     def _note_footprint(self, reference: dict) -> None:
         """The problem's measures, kept for the admission of its later pairs (footprints.py), and

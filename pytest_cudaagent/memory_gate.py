@@ -4,9 +4,11 @@ Every evaluation holds its device's gate shared while it runs, and registers wha
 footprint, footprints.py). An evaluation that ran out of memory while another shared the device is
 retried holding the gate alone (`Gate.alone`): that waits for the running evaluations to end and
 keeps new ones from starting meanwhile (a turnstile, so a waiting retry is never starved by a
-stream of new shared holders). Under the "admit" policy a pair starts only when the free memory,
-device and host, less what running pairs reserved and have not yet taken, covers its footprint;
-a pair whose footprint is not yet known (its problem's first run here) starts at once.
+stream of new shared holders). Under the "admit" policy an evaluation, once its workers have
+started (the candidate builds meanwhile) and before its reference draws a set, waits until the
+free memory, device and host, less what admitted pairs reserved and have not yet taken, covers
+its footprint (`Hold.admit`): known from its problem's earlier runs, else sized by its reference
+on the meta device; a pair of unknown size is admitted at once.
 
 Every evaluating process of the machine meets at one directory per device (`gate_root`), beside
 the timing locks' directory and not in it: the sandbox lets candidates write there, and a
@@ -46,6 +48,9 @@ class Reservation:
     # the free memory already.
     pending: bool = True
     problem: str = ""
+    # Through admission (always, under the "retry" policy): only admitted pairs' reservations
+    # count against the next admission, and an admission waits only while one of them runs.
+    admitted: bool = True
 
 
 def free_memory(device: str) -> tuple[int | None, int]:
@@ -93,14 +98,12 @@ class Gate:
     # -- holding the gate -----------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def shared(self, policy: str, footprint: Footprint | None, problem: str = "") -> Iterator[Hold]:
-        """Held while an evaluation runs beside others; under "admit", entered once its
-        footprint fits (or none is known)."""
+    def shared(self, policy: str, problem: str = "") -> Iterator[Hold]:
+        """Held while an evaluation runs beside others; under "admit" it is admitted later, by
+        its footprint (`Hold.admit`)."""
         started = time.perf_counter()
-        with self._lock("admission.lock") if policy == "admit" else contextlib.nullcontext():
-            admitted = self._admit(footprint) if policy == "admit" else "no admission (retry policy)"
-            hold = self._register(Reservation(*_sizes(footprint), problem=problem), alone=False)
-        hold.admitted = admitted
+        hold = self._register(Reservation(problem=problem, admitted=policy != "admit"), alone=False)
+        hold.admits = policy == "admit"
         try:
             with open(self.root / "turnstile.lock", "a+") as turnstile, open(self.root / "gate.lock", "a+") as gate:
                 fcntl.flock(turnstile, fcntl.LOCK_EX)  # behind a retry that waits to hold it alone
@@ -108,17 +111,16 @@ class Gate:
                     fcntl.flock(gate, fcntl.LOCK_SH)
                 finally:
                     fcntl.flock(turnstile, fcntl.LOCK_UN)
-                hold.waited_s = time.perf_counter() - started
+                hold.waited_s += time.perf_counter() - started
                 yield hold
         finally:
             hold.release()
 
     @contextlib.contextmanager
-    def alone(self, footprint: Footprint | None = None, problem: str = "") -> Iterator[Hold]:
+    def alone(self, problem: str = "") -> Iterator[Hold]:
         """The device to itself: waits for every running evaluation to end; new ones wait."""
         started = time.perf_counter()
-        hold = self._register(Reservation(*_sizes(footprint), problem=problem), alone=True)
-        hold.admitted = "alone"
+        hold = self._register(Reservation(problem=problem), alone=True)
         try:
             with open(self.root / "turnstile.lock", "a+") as turnstile, open(self.root / "gate.lock", "a+") as gate:
                 fcntl.flock(turnstile, fcntl.LOCK_EX)
@@ -126,7 +128,7 @@ class Gate:
                     fcntl.flock(gate, fcntl.LOCK_EX)
                 finally:
                     fcntl.flock(turnstile, fcntl.LOCK_UN)
-                hold.waited_s = time.perf_counter() - started
+                hold.waited_s += time.perf_counter() - started
                 yield hold
         finally:
             hold.release()
@@ -143,14 +145,14 @@ class Gate:
 
     # -- admission ------------------------------------------------------------------------------
 
-    def _admit(self, footprint: Footprint | None) -> str:
+    def _admit(self, footprint: Footprint | None, holder: str) -> str:
         """Waits (holding the admission lock, so pairs are admitted in turn and a large one is
         not passed by a stream of small ones) until the footprint fits; says how it was admitted."""
         if footprint is None:
-            return "unknown footprint (its problem's first run here): not waited for"
+            return "unknown footprint: not waited for"
         started = time.monotonic()
         while True:
-            others = self.running()
+            others = [other for other in self.running(besides=holder) if other.admitted]
             if not others:
                 return "alone on the device"
             device_free, host_free = free_memory(self.device)
@@ -234,13 +236,28 @@ class Hold:
         self.alone = alone
         self.others_at_start = others
         self.generation = generation
-        self.waited_s = 0.0
-        self.admitted = ""
+        self.admits = False  # waits for room by footprint (the "admit" policy, shared)
+        self.waited_s = 0.0  # for the gate, and for room (admit)
+        self.admitted = "alone" if alone else "no admission (retry policy)"
 
-    def reserve(self, footprint: Footprint) -> None:
-        """The footprint, once known (after the reference prepared), for the next admissions."""
-        self._update(dataclasses.replace(self.reservation, device_bytes=footprint.device_bytes,
-                                         host_bytes=footprint.host_bytes))
+    def admit(self, footprint: Footprint | None) -> None:
+        """Under the "admit" policy, waits until the footprint fits beside the admitted pairs'
+        reservations; then (or at once) reserves it."""
+        if self.admits and not self.reservation.admitted:
+            started = time.perf_counter()
+            with self.gate._lock("admission.lock"):
+                self.admitted = self.gate._admit(footprint, self.holder)
+                self.reserve(footprint, admitted=True)
+            self.waited_s += time.perf_counter() - started
+        elif footprint is not None:
+            self.reserve(footprint)
+
+    def reserve(self, footprint: Footprint | None, admitted: bool | None = None) -> None:
+        """The footprint, once known (and again once measured), for the next admissions."""
+        device_bytes, host_bytes = _sizes(footprint)
+        self._update(dataclasses.replace(
+            self.reservation, device_bytes=device_bytes, host_bytes=host_bytes,
+            admitted=self.reservation.admitted if admitted is None else admitted))
 
     def settle(self) -> None:
         """Its correctness calls are checked: what it holds now shows in the free memory."""

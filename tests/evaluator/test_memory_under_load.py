@@ -161,7 +161,7 @@ class Sharer(threading.Thread):
         self.saw_retry_waiting = False
 
     def run(self) -> None:
-        with self.gate.shared("retry", None, "another problem"):
+        with self.gate.shared("retry", "another problem"):
             (self.markers / "oom").touch()
             self.holding.set()
             while not self.done.wait(0.05):  # an evaluation that never retries ends with the test's
@@ -263,7 +263,7 @@ def test_a_retry_waiting_alone_keeps_new_evaluations_out_until_it_has_run(tmp_pa
     running, release_running = threading.Event(), threading.Event()
 
     def shared(name: str, wait_for: threading.Event | None = None) -> None:
-        with gate.shared("retry", None, name):
+        with gate.shared("retry", name):
             order.append(f"{name} in")
             if wait_for is not None:
                 running.set()
@@ -297,10 +297,10 @@ def test_a_retry_waiting_alone_keeps_new_evaluations_out_until_it_has_run(tmp_pa
 
 def test_a_hold_knows_whom_it_shared_the_device_with(tmp_path):
     gate = Gate("cpu")
-    with gate.shared("retry", None) as lonely:
+    with gate.shared("retry") as lonely:
         assert lonely.shared_with() == 0
-    with gate.shared("retry", None) as first:
-        with gate.shared("retry", None) as second:
+    with gate.shared("retry") as first:
+        with gate.shared("retry") as second:
             assert second.shared_with() == 1  # there when it began
         assert first.shared_with() == 1  # came and went meanwhile
     with gate.alone() as alone:
@@ -308,7 +308,8 @@ def test_a_hold_knows_whom_it_shared_the_device_with(tmp_path):
 
 
 def _register_and_hang(root: Path, ready) -> None:
-    with Gate("cpu", root).shared("retry", Footprint(0, 1 << 30)):
+    with Gate("cpu", root).shared("retry") as hold:
+        hold.reserve(Footprint(0, 1 << 30))
         ready.set()
         time.sleep(WAIT_S)
 
@@ -335,13 +336,16 @@ def test_admission_waits_until_the_footprint_fits_beside_what_running_pairs_rese
     monkeypatch.setattr("pytest_cudaagent.memory_gate.ADMISSION_POLL_S", 0.01)
     gate = Gate("cpu")
     events: list[str] = []
-    with gate.shared("admit", Footprint(0, 8 * gib), "big") as running:
-        assert running.admitted == "alone on the device"
-        with gate.shared("admit", None, "unknown") as unknown:
+    with gate.shared("admit", "big") as running, gate.shared("admit", "not yet admitted"):
+        running.admit(Footprint(0, 8 * gib))
+        assert running.admitted == "alone on the device"  # one not yet admitted does not count
+        with gate.shared("admit", "unknown") as unknown:
+            unknown.admit(None)
             assert unknown.admitted.startswith("unknown footprint")
 
         def admit() -> None:
-            with gate.shared("admit", Footprint(0, 4 * gib), "small") as hold:
+            with gate.shared("admit", "small") as hold:
+                hold.admit(Footprint(0, 4 * gib))
                 events.append(hold.admitted)
 
         waiting = threading.Thread(target=admit)
@@ -353,16 +357,18 @@ def test_admission_waits_until_the_footprint_fits_beside_what_running_pairs_rese
     assert events == ["settled", "by footprint"]
 
 
-def test_a_problems_footprint_is_kept_after_its_first_run_and_admits_the_next(tmp_path, config):
+def test_a_first_run_is_sized_on_the_meta_device_and_its_measures_are_kept_for_the_next(tmp_path, config):
     candidate = tmp_path / "candidate.py"
     candidate.write_text(PYTORCH_CANDIDATE)
     first = evaluate(SMALL_LEAKY, candidate, config)
-    assert first.env["memory"]["admitted"].startswith("unknown footprint")
+    assert first.passed and "reference.sizes" in first.profile  # asked before any set was drawn
+    assert first.env["memory"]["admitted"] == "alone on the device"
     measures = FootprintStore(config.cache_dir).get(SMALL_LEAKY, "cpu")
     assert measures == Measures(0, 256 * 512 * 4, 256 * 512 * 4)
     assert first.env["memory"]["footprint"] == estimate(measures, config, "cpu").as_gib()
     second = evaluate(SMALL_LEAKY, candidate, config)
-    assert second.passed and second.env["memory"]["admitted"] == "alone on the device"
+    assert second.passed and "reference.sizes" not in second.profile  # known from the first
+    assert second.env["memory"]["footprint"] == first.env["memory"]["footprint"]
 
 
 def test_the_footprint_counts_every_held_output_and_both_processes():

@@ -44,7 +44,7 @@ def _hold_the_gpu(gate_root: str, leave_free_bytes: int, ready) -> None:
     from pytest_cudaagent.memory_gate import Gate
 
     gate = Gate("cuda", gate_root)
-    with gate.shared("retry", None, "another evaluation"):
+    with gate.shared("retry", "another evaluation"):
         free, _ = torch.cuda.mem_get_info()
         held = torch.empty(max(0, free - leave_free_bytes), dtype=torch.uint8, device="cuda")
         held.fill_(1)
