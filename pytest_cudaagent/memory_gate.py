@@ -120,7 +120,9 @@ class Gate:
     def alone(self, problem: str = "") -> Iterator[Hold]:
         """The device to itself: waits for every running evaluation to end; new ones wait."""
         started = time.perf_counter()
-        hold = self._register(Reservation(problem=problem), alone=True)
+        # Not admitted while it waits: a pair waiting for room ahead of it must not wait for it
+        # too (it waits for that pair's shared hold to end).
+        hold = self._register(Reservation(problem=problem, admitted=False), alone=True)
         try:
             with open(self.root / "turnstile.lock", "a+") as turnstile, open(self.root / "gate.lock", "a+") as gate:
                 fcntl.flock(turnstile, fcntl.LOCK_EX)
@@ -129,6 +131,7 @@ class Gate:
                 finally:
                     fcntl.flock(turnstile, fcntl.LOCK_UN)
                 hold.waited_s += time.perf_counter() - started
+                hold.reserve(None, admitted=True)
                 yield hold
         finally:
             hold.release()

@@ -380,3 +380,27 @@ def test_the_footprint_counts_every_held_output_and_both_processes():
     assert on_gpu.host_bytes == (5 + 2) * (6 << 30)  # the trials' sets, and one lent set's copies
     on_cpu = estimate(measures, config, "cpu")
     assert on_cpu.device_bytes == 0 and on_cpu.host_bytes == on_gpu.host_bytes + 2 * (6 << 30) + 9 * (3 << 30)
+
+
+def test_a_pair_waiting_for_room_is_not_held_up_by_a_retry_waiting_for_it(monkeypatch):
+    """A retry waits to hold the gate alone, which needs this pair's shared hold to end; were the
+    waiting retry counted as running, this pair would wait for it in turn (until the admission's
+    time limit, cut here to seconds)."""
+    monkeypatch.setattr("pytest_cudaagent.memory_gate.free_memory", lambda device: (None, 1024**3))
+    monkeypatch.setattr("pytest_cudaagent.memory_gate.ADMISSION_WAIT_S", 5.0)
+    monkeypatch.setattr("pytest_cudaagent.memory_gate.ADMISSION_POLL_S", 0.01)
+    gate = Gate("cpu")
+
+    def retry_alone() -> None:
+        with gate.alone("retry"):
+            pass
+
+    with gate.shared("admit", "waiting for room") as hold:
+        retry = threading.Thread(target=retry_alone)
+        retry.start()
+        deadline = time.monotonic() + WAIT_S
+        while not gate.waiting_alone() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        hold.admit(Footprint(0, 8 * 1024**3))  # more than the 1 GiB free
+        assert hold.admitted == "alone on the device"
+    retry.join(WAIT_S)
