@@ -154,8 +154,7 @@ class _Attempt:
                 message += f"; retried with the device to itself after: {retried}"
             raise ProblemError(message) from None
         result = self.result
-        # Its import (the build phase) ran out too: it built, its code failed at run time.
-        if oom is not None and result.status in ("runtime_error", "crashed", "build_error"):
+        if oom is not None and result.status in ("runtime_error", "crashed"):
             result.status, result.error = "runtime_error", verdict_error(oom, result.error)
         result.env["memory"] = self.hold_note()
         if retried and first is not None:
