@@ -205,7 +205,9 @@ run_section() {
       timeout "${UL_TIMEOUT_S:-280}" cudaagent bench --problems "${UNDER_LOAD:-/tmp/under-load}/large/problems" \
         --candidates "${UNDER_LOAD:-/tmp/under-load}/large/$candidates" --policy calibration --baselines eager \
         "${workers[@]}" --memory-policy "$policy" --out "$runs/$name" --resume
-      mkdir -p "$OUT/under-load-$name" && cp "$runs/$name"/{results.jsonl,pytest.log,leaderboard.md} "$OUT/under-load-$name/" ;;
+      # What the report reads (it runs here or, on the returned files, on any machine).
+      mkdir -p "$OUT/under-load-$name" && cp "$runs/$name"/{results.jsonl,pytest.log,leaderboard.md} \
+        "$runs/$name/.bench-run/pairs.json" "$OUT/under-load-$name/" ;;
     # IDENTITY_RUNS: more LABEL=DIR for the report, e.g. #40's identity runs alone and at the default workers.
     # shellcheck disable=SC2086  # one argument per LABEL=DIR
     under-load-report) runs=${UNDER_LOAD_RUNS:-/tmp/under-load-runs}

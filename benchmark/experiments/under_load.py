@@ -14,7 +14,7 @@
         [--json FILE] [--markdown]
 
 The report reads each DIR's results.jsonl (every row, duplicates included), the pairs its last
-bench invocation planned (.bench-run/pairs.json) and its pytest.log (wall time, workers, memory
+bench invocation planned (.bench-run/pairs.json, or pairs.json beside it) and its pytest.log (wall time, workers, memory
 policy), and says per run: rows per pair, verdicts by whose fault, out-of-memory verdicts, harness
 errors, retries and why, admission waits, wall time; then each run's verdicts against the
 baseline's, pair by pair (the large cases' samples are byte-identical copies: a sample the
@@ -167,8 +167,10 @@ class Run:
         if not results.is_file():
             raise SystemExit(f"{directory}: no results.jsonl (a `cudaagent bench --out` directory)")
         run = cls(label, directory, read_results(results))
-        manifest = directory / ".bench-run" / "pairs.json"
-        if manifest.is_file():
+        # The bench's own, or a copy beside the results (gpu_evidence.sh brings it back so).
+        manifest = next((path for path in (directory / ".bench-run" / "pairs.json", directory / "pairs.json")
+                         if path.is_file()), None)
+        if manifest is not None:
             run.planned = [(Path(row["problem"]).name, Path(row["candidate"]).name)
                            for row in json.loads(manifest.read_text())]
         log = directory / "pytest.log"
