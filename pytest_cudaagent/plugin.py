@@ -202,8 +202,10 @@ def evaluate_to_result(problem, candidate, config: EvalConfig) -> Result:
 
 
 def is_xdist_controller(config: pytest.Config) -> bool:
-    """The process that hands items to xdist workers (it evaluates nothing itself)."""
-    return not os.environ.get("PYTEST_XDIST_WORKER") and bool(getattr(config.option, "numprocesses", None))
+    """The process that hands items to xdist workers (it evaluates nothing itself). A worker has
+    `workerinput` from its start; PYTEST_XDIST_WORKER alone would also be set in a run started from
+    inside an xdist worker (its environment inherited), whose controller this then is."""
+    return not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", None))
 
 
 def _requested_pairs(config: pytest.Config) -> list[Pair]:
