@@ -1,27 +1,35 @@
-"""The memory gate on a real GPU (issue #38): a candidate that runs out of device memory because
-another evaluation holds it is retried with the GPU to itself and passes; one that asks for more
-than the GPU has is the candidate's runtime_error, naming what it asked for; the reference's peak
-is measured, kept, and makes the pair's footprint."""
+"""The memory gate on a real GPU (issue #38): CUDA's own out-of-memory error while another
+evaluation shares the device is retried with the GPU to itself and passes; with the GPU to itself
+it is the candidate's runtime_error, naming what it asked for; the reference's peak is measured,
+kept, and makes the pair's footprint. The other evaluation is a thread holding this test's own
+gate, and the device is "full" while a marker file says so: the candidate then asks for more than
+any GPU has. Nothing here fills the GPU, so the GPU tests beside it run as they would alone."""
 
 from __future__ import annotations
 
-import multiprocessing
-import time
+import threading
+import uuid
 
 import pytest
 
 from pytest_cudaagent import EvalConfig, evaluate
 from pytest_cudaagent.footprints import FootprintStore
+from pytest_cudaagent.locks import lock_dir
+from pytest_cudaagent.memory_gate import Gate
 from tests.helpers import TEST_PROBLEMS
 
 pytestmark = pytest.mark.gpu
 
 SMALL_LEAKY = TEST_PROBLEMS / "small_leaky_relu.py"
 WAIT_S = 600
-# leaky_relu with a workspace of WORKSPACE bytes taken in every call, as a kernel's scratch.
-WORKSPACE_CANDIDATE = '''
+# leaky_relu that asks for a 200 GiB workspace while the marker `full` is there (readable by the
+# sandboxed candidate: the timing locks' directory), leaving `asked` behind.
+CANDIDATE = '''
+import os
 import torch
 import torch.nn as nn
+
+MARKERS = {markers!r}
 
 
 class ModelNew(nn.Module):
@@ -30,75 +38,80 @@ class ModelNew(nn.Module):
         self.negative_slope = negative_slope
 
     def forward(self, x):
-        workspace = torch.empty({workspace}, dtype=torch.uint8, device=x.device)
-        workspace.zero_()
+        if os.path.exists(os.path.join(MARKERS, "full")):
+            open(os.path.join(MARKERS, "asked"), "a").close()
+            torch.empty(200 << 30, dtype=torch.uint8, device=x.device)
         return torch.nn.functional.leaky_relu(x, self.negative_slope)
 '''
 
 
-def _hold_the_gpu(gate_root: str, leave_free_bytes: int, ready) -> None:
-    """Another evaluation: registered at the gate, holding all but `leave_free_bytes` of the GPU
-    until an evaluation waits to have the GPU to itself."""
-    import torch
-
-    from pytest_cudaagent.memory_gate import Gate
-
-    gate = Gate("cuda", gate_root)
-    with gate.shared("retry", "another evaluation"):
-        free, _ = torch.cuda.mem_get_info()
-        held = torch.empty(max(0, free - leave_free_bytes), dtype=torch.uint8, device="cuda")
-        held.fill_(1)
-        torch.cuda.synchronize()
-        ready.set()
-        deadline = time.monotonic() + WAIT_S
-        while not gate.waiting_alone() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        del held
-
-
 @pytest.fixture(autouse=True)
 def private_gate(monkeypatch, tmp_path):
-    """A gate of this test's own: the GPU tests beside it evaluate at their own gates."""
+    """A gate of this test's own: the GPU tests beside it evaluate at the machine's."""
     monkeypatch.setattr("pytest_cudaagent.memory_gate.gate_root", lambda: tmp_path / "gate")
+
+
+@pytest.fixture
+def markers():
+    path = lock_dir() / f"gpu-oom-test-{uuid.uuid4().hex[:8]}"
+    path.mkdir(parents=True)
+    yield path
+    for child in path.iterdir():
+        child.unlink()
+    path.rmdir()
 
 
 def config(tmp_path) -> EvalConfig:
     return EvalConfig(device="cuda", policy="permissive", timing=False, trials=2, cache_dir=tmp_path / "cache")
 
 
-def test_out_of_device_memory_held_by_another_evaluation_is_retried_alone_and_passes(tmp_path):
-    candidate = tmp_path / "workspace_4g.py"
-    candidate.write_text(WORKSPACE_CANDIDATE.format(workspace=4 << 30))
-    context = multiprocessing.get_context("spawn")
-    ready = context.Event()
-    other = context.Process(target=_hold_the_gpu, args=(str(tmp_path / "gate"), 2 << 30, ready), daemon=True)
+def test_cudas_out_of_memory_while_another_evaluation_shares_the_gpu_is_retried_alone_and_passes(
+        tmp_path, markers):
+    candidate = tmp_path / "asks_when_full.py"
+    candidate.write_text(CANDIDATE.format(markers=str(markers)))
+    gate, holding, done = Gate("cuda"), threading.Event(), threading.Event()
+
+    def another_evaluation() -> None:
+        with gate.shared("retry", "another evaluation"):
+            (markers / "full").touch()
+            holding.set()
+            while not done.wait(0.05):
+                if (markers / "asked").exists() and gate.waiting_alone():
+                    break
+            (markers / "full").unlink()
+
+    other = threading.Thread(target=another_evaluation, daemon=True)
     other.start()
+    assert holding.wait(WAIT_S)
     try:
-        assert ready.wait(WAIT_S)
         result = evaluate(SMALL_LEAKY, candidate, config(tmp_path))
     finally:
+        done.set()
         other.join(WAIT_S)
     assert result.passed, result.summary() + result.log
     assert result.env["retried"]["why"].startswith("out of memory while 1 other evaluation(s) shared the device")
+    assert "Tried to allocate 200.00 GiB" in result.env["retried"]["why"]
     assert result.env["memory"]["gate"] == "alone"
 
 
-def test_asking_for_more_than_the_gpu_has_is_the_candidates_runtime_error(tmp_path):
-    candidate = tmp_path / "workspace_200g.py"
-    candidate.write_text(WORKSPACE_CANDIDATE.format(workspace=200 << 30))
+def test_asking_for_more_than_the_gpu_has_is_the_candidates_runtime_error(tmp_path, markers):
+    candidate = tmp_path / "asks_when_full.py"
+    candidate.write_text(CANDIDATE.format(markers=str(markers)))
+    (markers / "full").touch()
     result = evaluate(SMALL_LEAKY, candidate, config(tmp_path))
     assert result.status == "runtime_error", result.summary()
     assert result.error.startswith("out of memory with the device to itself (asked for 200.00 GiB with ")
     assert "retried" not in result.env
 
 
-def test_the_references_peak_is_kept_and_makes_the_footprint(tmp_path):
-    candidate = tmp_path / "workspace_none.py"
-    candidate.write_text(WORKSPACE_CANDIDATE.format(workspace=1))
+def test_the_references_peak_is_kept_and_makes_the_footprint(tmp_path, markers):
+    candidate = tmp_path / "asks_when_full.py"
+    candidate.write_text(CANDIDATE.format(markers=str(markers)))
     result = evaluate(SMALL_LEAKY, candidate, config(tmp_path))
     assert result.passed, result.summary()
     measures = FootprintStore(tmp_path / "cache").get(SMALL_LEAKY, "cuda")
     assert measures is not None and measures.device_peak_bytes >= 2 * 256 * 512 * 4
     assert result.env["memory"]["footprint"]["device_gib"] > 1.0  # two CUDA contexts at least
+    assert "reference.sizes" in result.profile
     again = evaluate(SMALL_LEAKY, candidate, config(tmp_path))
-    assert again.env["memory"]["admitted"] == "alone on the device"
+    assert again.env["memory"]["admitted"] == "alone on the device" and "reference.sizes" not in again.profile
