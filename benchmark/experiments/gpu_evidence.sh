@@ -202,11 +202,13 @@ run_section() {
       candidates=candidates; workers=(); policy=admit
       case $name in alone) candidates=one; workers=(--workers 1) ;; retry) policy=retry ;; esac
       runs=${UNDER_LOAD_RUNS:-/tmp/under-load-runs}
+      SECONDS=0
       timeout "${UL_TIMEOUT_S:-280}" cudaagent bench --problems "${UNDER_LOAD:-/tmp/under-load}/large/problems" \
         --candidates "${UNDER_LOAD:-/tmp/under-load}/large/$candidates" --policy calibration --baselines eager \
         "${workers[@]}" --memory-policy "$policy" --out "$runs/$name" --resume
+      echo "$SECONDS $?" > "$runs/$name/wall.txt"  # seconds, and the exit status (124: cut at UL_TIMEOUT_S)
       # What the report reads (it runs here or, on the returned files, on any machine).
-      mkdir -p "$OUT/under-load-$name" && cp "$runs/$name"/{results.jsonl,pytest.log,leaderboard.md} \
+      mkdir -p "$OUT/under-load-$name" && cp "$runs/$name"/{results.jsonl,pytest.log,leaderboard.md,wall.txt} \
         "$runs/$name/.bench-run/pairs.json" "$OUT/under-load-$name/" ;;
     # IDENTITY_RUNS: more LABEL=DIR for the report, e.g. #40's identity runs alone and at the default workers.
     # shellcheck disable=SC2086  # one argument per LABEL=DIR

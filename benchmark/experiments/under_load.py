@@ -158,6 +158,7 @@ class Run:
     rows: list[Result]
     planned: list[tuple[str, str]] = field(default_factory=list)  # (problem name, candidate name)
     wall_s: float | None = None
+    cut: bool = False  # stopped at its time limit: its wall time is the limit's, its pairs those finished
     workers: int | None = None
     policy: str | None = None
 
@@ -183,6 +184,11 @@ class Run:
             run.workers = int(workers.group(1)) if workers else None
             policy = re.search(r"--cudaagent-memory-policy (\S+)", command)
             run.policy = policy.group(1) if policy else None
+        timed = directory / "wall.txt"  # gpu_evidence.sh's: "seconds exit-status", for a run cut short too
+        if run.wall_s is None and timed.is_file():
+            seconds, _, status = timed.read_text().partition(" ")
+            run.wall_s = float(seconds)
+            run.cut = status.strip() == "124"
         if run.policy is None:
             policies = {row.env.get("memory", {}).get("policy") for row in run.rows} - {None}
             run.policy = ", ".join(sorted(policies)) or "none (before #38)"
@@ -216,7 +222,7 @@ def run_summary(run: Run) -> dict:
     memory = [row.env.get("memory", {}) for row in last.values()]
     waits = [note.get("waited_s", 0.0) for note in memory]
     return {
-        "run": run.label, "workers": run.workers, "memory policy": run.policy, "wall s": run.wall_s,
+        "run": run.label, "workers": run.workers, "memory policy": run.policy, "wall s": run.wall_s, "cut": run.cut,
         "pairs": len(last), "rows": len(run.rows),
         "pairs without a row": len(set(run.planned) - set(rows_per_pair)),
         "pairs with more than one row": sum(count > 1 for count in rows_per_pair.values()),

@@ -77,3 +77,11 @@ def test_the_report_counts_rows_faults_retries_and_verdicts_against_the_baseline
     assert under_load.main(["report", f"alone={alone}", f"loaded={loaded}", "--markdown",
                             "--json", str(tmp_path / "report.json")]) == 0
     assert json.loads((tmp_path / "report.json").read_text()) == found
+
+
+def test_a_run_cut_at_its_time_limit_reports_the_limit_and_says_so(tmp_path):
+    cut = bench_dir(tmp_path, "cut", [fake_result("/p/a.py", "/c/a_sample_0.py")],
+                    [("a.py", "a_sample_0.py"), ("b.py", "b_sample_0.py")], "python -m pytest -n 16", "")
+    (cut / "wall.txt").write_text("270 124\n")
+    summary = report([Run.read("cut", cut)])["runs"][0]
+    assert (summary["wall s"], summary["cut"], summary["pairs without a row"]) == (270.0, True, 1)
