@@ -61,6 +61,20 @@ BACKEND_HELP = ("backend settings the candidate and the baselines are timed unde
                 "own, as a user's eager run and KernelBench use) or strict-fp32 (TF32 off everywhere)")
 
 
+# What an evaluation does about device memory shared with other evaluations (README, "Device
+# memory under load"): admit by footprint and retry alone, or only retry alone.
+MEMORY_POLICIES = ("admit", "retry")
+MEMORY_POLICY_HELP = ("device memory shared with other evaluations: admit (start a pair only when free memory less what "
+                      "running pairs reserved covers its footprint) or retry (no admission); both retry an evaluation "
+                      "that ran out of memory while sharing with the device to itself")
+
+
+def default_memory_cap_gb() -> float:
+    from .host_memory import default_cap_gb
+
+    return default_cap_gb()
+
+
 # A precompiled torch/extension.h takes about as long as one cold C++ build (fast_build.py); past
 # this the candidate builds the plain way instead of waiting.
 PCH_BUILD_TIMEOUT_S = 600.0
@@ -218,7 +232,15 @@ class EvalConfig:
     # candidates written before any of them is evaluated: one written after reading another's
     # Result could know the trial inputs. "": every evaluation draws its own.
     reference_batch: str = ""
-    memory_cap_gb: float = 32.0  # host RSS of one child; the parent kills it beyond this
+    # Host RSS of one child; the parent kills it beyond this. Derived from the machine: half its
+    # memory (its RAM, or its cgroup's limit if lower), at most 32 GiB (host_memory.default_cap_gb):
+    # a fixed 32 GiB was more than the 24 GiB CI machine has.
+    memory_cap_gb: float = field(default_factory=default_memory_cap_gb)
+    # What an evaluation does about the device's memory that others share (memory_gate.py):
+    # "admit" starts a pair only when the free memory, less what running pairs reserved, covers
+    # its footprint (known from its problem's earlier runs), and retries one that still ran out of
+    # memory with the device to itself; "retry" only retries.
+    memory_policy: str = "admit"
     policy: str = "strict"  # anti-hacking policy preset: "strict" (the paper) or "permissive"
     backend: str = "pytorch-default"  # a BACKEND_PRESETS name: settings everything is timed under
     # Speedups above this are flagged for review and earn no top reward until confirmed.
@@ -236,6 +258,8 @@ class EvalConfig:
             raise ValueError(f"unknown convention {self.convention!r}; use one of {list(CONVENTIONS)}")
         if self.backend not in BACKEND_PRESETS:
             raise ValueError(f"unknown backend preset {self.backend!r}; use one of {list(BACKEND_PRESETS)}")
+        if self.memory_policy not in MEMORY_POLICIES:
+            raise ValueError(f"unknown memory policy {self.memory_policy!r}; use one of {list(MEMORY_POLICIES)}")
 
     def tolerances(self) -> dict[str, Tolerance]:
         return TOLERANCE_PRESETS[self.tolerance]

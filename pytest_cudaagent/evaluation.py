@@ -12,8 +12,10 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import multiprocessing
 import statistics
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -29,6 +31,9 @@ from .config import EvalConfig
 from .envinfo import collect_env
 from .fast_build import pch_dir, start_pch
 from .files import BadFileError, Candidate, check_candidate, check_problem, file_hash
+from .footprints import Footprint, FootprintStore, Measures, estimate
+from .memory_gate import Gate, Hold
+from .out_of_memory import asked_and_had, out_of_memory, verdict_error
 from .provenance import foreign_kernels
 from .reference_batch import KEEP_SET_BYTES, KeptReference, batch_key
 from .reference_batch import store as reference_store
@@ -50,27 +55,154 @@ class ProblemError(BadFileError):
     """The problem file itself fails to run: no candidate can be judged against it."""
 
 
+class DeviceUnavailable(BadFileError):
+    """The device asked for is not there: nobody's file is at fault."""
+
+
 def evaluate(problem: str | Path, candidate: str | Path, config: EvalConfig | None = None) -> Result:
+    """The pair's Result; BadFileError for a file that cannot be evaluated (ProblemError: the
+    problem's reference fails). An evaluation that ran out of memory while other evaluations
+    shared its device, or whose worker was killed from outside, is no verdict: it runs once more
+    with the device to itself (memory_gate.py, outside_kill.py), and `Result.env["retried"]` says
+    why. Only an out-of-memory error with the device to itself is the candidate's."""
     config = config or EvalConfig()
     problem_path, found, device = checked_pair(problem, candidate, config)
-    evaluation = Evaluation(problem_path, found, config, device)
-    result = evaluation.run()
-    if evaluation.killed_from_outside:  # says nothing of the candidate: once more (outside_kill.py)
-        first = result
-        result = Evaluation(problem_path, found, config, device).run()
-        result.warnings.append(Violation(outside_kill.RULE, outside_kill.first_outcome(first.status, first.error)))
-    return result
+    try:
+        gate = Gate(device)
+        with gate.shared(config.memory_policy, str(problem_path)) as hold:
+            first = _Attempt.run(problem_path, found, config, device, hold)
+        why = first.retry_reason()
+        if why is None:
+            return first.outcome()
+        with gate.alone(str(problem_path)) as hold:
+            second = _Attempt.run(problem_path, found, config, device, hold)
+        return second.outcome(retried=why, first=first)
+    finally:
+        # Workers that outlived their join's timeout on a loaded machine, reaped now rather than
+        # left as zombies of a process that may evaluate for days.
+        multiprocessing.active_children()
 
 
 def checked_pair(problem: str | Path, candidate: str | Path, config: EvalConfig) -> tuple[Path, Candidate, str]:
     """The problem, the candidate as found on disk, and the device they run on; BadFileError
-    for a file that cannot be evaluated or a GPU asked for that is not there."""
-    problem_path = check_problem(problem)
+    for a file that cannot be evaluated (ProblemError: the problem's), DeviceUnavailable for a
+    GPU asked for that is not there."""
+    try:
+        problem_path = check_problem(problem)
+    except ProblemError:
+        raise
+    except BadFileError as error:
+        raise ProblemError(str(error)) from None
     found = check_candidate(candidate)
     device = config.resolved_device()
     if device == "cuda" and not torch.cuda.is_available():
-        raise BadFileError("--device cuda asked for, but no CUDA GPU is visible; use --device cpu")
+        raise DeviceUnavailable("--device cuda asked for, but no CUDA GPU is visible; use --device cpu")
     return problem_path, found, device
+
+
+@dataclasses.dataclass
+class _Attempt:
+    """One evaluation of a pair at the gate: its Result, or the ProblemError it ended with."""
+
+    evaluation: Evaluation
+    hold: Hold
+    result: Result | None = None
+    problem_error: ProblemError | None = None
+
+    @classmethod
+    def run(cls, problem: Path, candidate: Candidate, config: EvalConfig, device: str, hold: Hold) -> _Attempt:
+        evaluation = Evaluation(problem, candidate, config, device)
+        evaluation.memory_hold = hold
+        try:
+            return cls(evaluation, hold, result=evaluation.run())
+        except ProblemError as error:
+            return cls(evaluation, hold, problem_error=error)
+
+    @property
+    def footprint(self) -> Footprint | None:
+        return self.evaluation.footprint
+
+    def status(self) -> str:
+        return self.result.status if self.result is not None else "problem_error"
+
+    def error(self) -> str:
+        return (self.result.error or "") if self.result is not None else str(self.problem_error)
+
+    def retry_reason(self) -> str | None:
+        """Why this attempt is no verdict, or None when it is one."""
+        evaluation = self.evaluation
+        if evaluation.out_of_memory is not None and not self.hold.alone:
+            others = self.hold.shared_with()
+            if others:
+                return (f"out of memory while {others} other evaluation(s) shared the device: "
+                        f"{evaluation.out_of_memory[:500]}")
+        if evaluation.killed_from_outside:
+            return "the candidate's process or a compiler of its build was killed from outside"
+        if evaluation.reference_killed_from_outside:
+            return "the reference's process was killed from outside"
+        return None
+
+    def outcome(self, retried: str | None = None, first: _Attempt | None = None) -> Result:
+        """The Result (ProblemError raised for the problem's failure); an out-of-memory error
+        here, with the device to itself or alone all along, is the candidate's or the problem's."""
+        oom = self.evaluation.out_of_memory
+        if self.problem_error is not None:
+            message = str(self.problem_error)
+            if oom is not None:
+                message += f" (out of memory with the device to itself, {asked_and_had(oom)})"
+            if retried:
+                message += f"; retried with the device to itself after: {retried}"
+            raise ProblemError(message) from None
+        result = self.result
+        if oom is not None and result.status in ("runtime_error", "crashed"):
+            result.status, result.error = "runtime_error", verdict_error(oom, result.error)
+        result.env["memory"] = self.hold_note()
+        if retried and first is not None:
+            result.env["retried"] = {"why": retried, "first": f"{first.status()}: {first.error()[-500:]}",
+                                     "waited_alone_s": round(self.hold.waited_s, 2)}
+            if first.evaluation.killed_from_outside:
+                result.warnings.append(Violation(outside_kill.RULE, outside_kill.first_outcome(
+                    first.status(), first.error())))
+        return result
+
+    def hold_note(self) -> dict:
+        """Result.env["memory"]: how the evaluation held its device's memory."""
+        footprint = self.footprint
+        return {"policy": self.evaluation.config.memory_policy, "gate": "alone" if self.hold.alone else "shared",
+                "admitted": self.hold.admitted, "waited_s": round(self.hold.waited_s, 2),
+                "footprint": footprint.as_gib() if footprint is not None else None}
+
+
+def evaluate_to_result(problem: str | Path, candidate: str | Path, config: EvalConfig | None = None) -> Result:
+    """`evaluate`, with every way it can end as a Result, so that every pair of a run leaves one
+    row: a file that is not a candidate (no ModelNew, a syntax error) is the candidate's
+    `build_error`; a problem whose reference fails is `problem_error`; an error of ours (or of
+    the machine: no GPU, no sandbox where one is required) is `harness_error`, which
+    `--resume` evaluates again."""
+    config = config or EvalConfig()
+    device = config.device if config.device != "auto" else "unknown"
+    try:
+        return evaluate(problem, candidate, config)
+    except ProblemError as error:
+        return unjudged_result(problem, candidate, "problem_error", str(error), device)
+    except (DeviceUnavailable, SandboxUnavailable) as error:
+        return unjudged_result(problem, candidate, "harness_error", str(error), device)
+    except BadFileError as error:
+        return unjudged_result(problem, candidate, "build_error", str(error), device)
+    except Exception as error:  # noqa: BLE001 - an error of ours is a row too, never a lost pair
+        logger.exception("internal error evaluating %s with %s", problem, candidate)
+        return unjudged_result(problem, candidate, "harness_error", f"internal error of the evaluator: "
+                               f"{type(error).__name__}: {error}", device, log=traceback.format_exc())
+
+
+def unjudged_result(problem: str | Path, candidate: str | Path, status: str, error: str, device: str,
+                    log: str = "") -> Result:
+    """The Result of a pair whose evaluation ended before a verdict on the candidate."""
+    result = Result(str(problem), str(candidate), status=status, error=error.strip()[-3000:], log=log[-4000:],
+                    device=device)
+    with contextlib.suppress(Exception):
+        result.env = collect_env(device)
+    return result
 
 
 class Evaluation:
@@ -102,6 +234,14 @@ class Evaluation:
         # and how many evaluations of the batch have used it, this one included.
         self._reference_cpu_before = 0.0
         self._reference_evaluations = 1
+        # Its place at its device's memory gate (memory_gate.py), given by `evaluate`: told the
+        # pair's footprint once the reference has prepared, and when its correctness is checked.
+        self.memory_hold: Hold | None = None
+        self.footprint: Footprint | None = None
+        # The line of the out-of-memory error that ended the evaluation (either side), if one did.
+        self.out_of_memory: str | None = None
+        # The reference's process was ended by SIGKILL or SIGTERM, not by us (outside_kill.py).
+        self.reference_killed_from_outside = False
 
     # -- orchestration --------------------------------------------------------------------------
 
@@ -121,10 +261,12 @@ class Evaluation:
             if kept is None:
                 with self._profiled("parent.spawn_reference"):
                     reference_worker = self._spawn_reference()
+                self._admit(reference_worker)
                 # The reference computes while the candidate starts and builds.
                 reference_worker.send(("prepare", self._set_count()))
             else:
                 reference_worker = kept.worker
+                self._admit(None)
             if self.config.fast_build:
                 # Beside the candidate, not before it, and not waited for (fast_build.start_pch).
                 start_pch(self.candidate, self.config.cache_dir, self.device)
@@ -136,6 +278,7 @@ class Evaluation:
             reference = self._phase("reference", lambda: kept.prepared if kept is not None else reference_worker.receive(
                 self.config.run_timeout_s, label="prepare"), worker=reference_worker, problem_side=True)
             self._prepared = reference
+            self._note_footprint(reference)
             result.backend_settings = {"configured": reference["backend_settings"]}
             self._note_stateful_reference(reference.get("stateful"))
             if self.config.timing:
@@ -163,6 +306,8 @@ class Evaluation:
                 result.weights["copy_needed"] = False
             trial_sets = reference["sets"][: self.config.trials]
             self._phase("correctness", lambda: self._check_trials(candidate_worker, reference_worker, trial_sets))
+            if self.memory_hold is not None:
+                self.memory_hold.settle()
             self._confirm_static(static)
             if self._ok_so_far() and self.config.timing:
                 warm_sets = reference["sets"][self.config.trials:]
@@ -230,6 +375,7 @@ class Evaluation:
         try:
             return action()
         except WorkerFailure as failure:
+            self.out_of_memory = out_of_memory(f"{failure.error_type}: {failure.message}")
             if problem_side:
                 raise ProblemError(f"{self.problem}: the reference failed in {failure}") from None
             if failure.error_type in ("SystemExit", "KeyboardInterrupt"):
@@ -245,8 +391,13 @@ class Evaluation:
                 raise ProblemError(f"{self.problem}: the reference timed out ({timeout})") from None
             self._fail("timeout", f"{name}: {timeout}")
         except WorkerDied as death:
+            # A worker that could not make its CUDA context (worker.open_gpu) or a cuBLAS handle
+            # exits with the error in its log, not in a reply.
+            died = worker if problem_side else self._workers.get("candidate")
+            self.out_of_memory = out_of_memory(str(death), died.log_tail() if died is not None else "")
             if problem_side:
                 log = worker.log_tail(1500) if worker else ""
+                self.reference_killed_from_outside = outside_kill.killed_from_outside("crashed", str(death))
                 raise ProblemError(f"{self.problem}: the reference process died ({death})\n{log}") from None
             self.killed_from_outside = outside_kill.killed_from_outside("crashed", str(death))
             self._fail("crashed", f"{name}: {death}")
@@ -307,13 +458,50 @@ class Evaluation:
         alive, and its sets are small enough to keep in memory."""
         if not self.config.reference_batch or reference_worker is None or self._prepared is None:
             return False
+        decided_by = (self.out_of_memory, self.reference_killed_from_outside)
         try:
             self._collect_fresh_sets(reference_worker)
         except (_Stop, BadFileError):
+            # The verdict stands: what ended this late request did not decide it.
+            self.out_of_memory, self.reference_killed_from_outside = decided_by
             return False
         if not reference_worker.process.is_alive():
             return False
         return sum(_set_bytes(content_set) for content_set in self._prepared["sets"]) <= KEEP_SET_BYTES
+
+    def _admit(self, reference_worker: Worker | None) -> None:
+        """Room for this pair's footprint (memory_gate.Hold.admit), waited for while the
+        candidate starts and builds, before the reference draws a set: the problem's measures
+        from its earlier runs, else one set sized by the reference on the meta device."""
+        hold = self.memory_hold
+        if hold is None:
+            return
+        try:
+            measures = FootprintStore(self.config.cache_dir).get(self.problem, self.device)
+        except OSError:
+            measures = None
+        if measures is None and hold.admits and reference_worker is not None:
+            sized = self._phase("reference", lambda: reference_worker.request(("sizes",), self.config.run_timeout_s),
+                                worker=reference_worker, problem_side=True, record=False)
+            if sized["input_bytes"] is not None:
+                measures = Measures(0, sized["input_bytes"], sized["output_bytes"])
+        self.footprint = estimate(measures, self.config, self.device) if measures is not None else None
+        with self._profiled("parent.admission"):
+            hold.admit(self.footprint)
+
+    def _note_footprint(self, reference: dict) -> None:
+        """The problem's measures, kept for the admission of its later pairs (footprints.py), and
+        this pair's footprint told to the gate now that it is known."""
+        sets = reference["sets"]
+        if not sets:
+            return
+        measures = Measures(int(reference.get("device_peak_bytes") or 0), sum(_nbytes(sets[0]["inputs"])),
+                            sum(_nbytes(sets[0]["outputs"])))
+        with contextlib.suppress(OSError):
+            FootprintStore(self.config.cache_dir).put(self.problem, self.device, measures)
+        self.footprint = estimate(measures, self.config, self.device)
+        if self.memory_hold is not None:
+            self.memory_hold.reserve(self.footprint)
 
     def _keep_reference(self, worker: Worker) -> None:
         self.result.env.setdefault("reference_shared", self._reference_evaluations)

@@ -8,9 +8,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # nondeterministic_reference: the candidate disagreed on a trial where the reference disagrees
-# with itself under the same seed, so nobody can be judged on it.
+# with itself under the same seed, so nobody can be judged on it. Whose fault a status is: the
+# candidate's (incorrect to violation, build_error also for a file that is no candidate: no
+# ModelNew, a syntax error), the problem's (nondeterministic_reference; problem_error: its reference
+# failed, so no candidate can be judged against it), the harness's (harness_error: an error of
+# ours or of the machine, no verdict on anyone; evaluated again on resume).
 STATUSES = ("passed", "incorrect", "build_error", "runtime_error", "timeout", "crashed", "violation",
-            "nondeterministic_reference")
+            "nondeterministic_reference", "problem_error", "harness_error")
+CANDIDATE_STATUSES = ("incorrect", "build_error", "runtime_error", "timeout", "crashed", "violation")
+PROBLEM_STATUSES = ("nondeterministic_reference", "problem_error")
+HARNESS_STATUSES = ("harness_error",)
 
 
 @dataclass

@@ -114,6 +114,12 @@ def same_as_recorded(recorded: list, outputs: list) -> bool:
     return True
 
 
+def _tensor_bytes(values) -> int:
+    import torch
+
+    return sum(value.numel() * value.element_size() for value in values if isinstance(value, torch.Tensor))
+
+
 def _to_send(values):
     """Host copies of what goes to the evaluator, made in shared memory (shared_tensors.py)."""
     from .shared_tensors import shared_copies
@@ -197,7 +203,12 @@ def reference_main(conn, spec: dict) -> None:
 
     def draw_sets(count: int, trials: int = 0) -> list[dict]:
         with device_work(device):  # never beside another worker's timing
-            return _draw_sets(count, trials)
+            sets = _draw_sets(count, trials)
+            if device.startswith("cuda"):
+                # Sent to the host: their blocks are given back, not kept in this process's cache
+                # while other evaluations need the device's memory (memory_gate.py).
+                torch.cuda.empty_cache()
+            return sets
 
     def draw_inputs(seed: int) -> list:
         """get_inputs() right after seeding, its tensors made on the GPU: as KernelBench draws them
@@ -280,7 +291,22 @@ def reference_main(conn, spec: dict) -> None:
         state["sets"] = draw_sets(set_count, config.trials)
         return {"init_inputs": _to_send(init_inputs), "state_dict": state_dict, "seed": construction_seed,
                 "sets": state["sets"], "backend_settings": configured.to_dict(),
-                "forward_ms": state["forward_ms"] if set_count else None, "stateful": state.get("stateful")}
+                "forward_ms": state["forward_ms"] if set_count else None, "stateful": state.get("stateful"),
+                # The problem's device footprint while preparing (footprints.Measures).
+                "device_peak_bytes": torch.cuda.max_memory_reserved() if device.startswith("cuda") else 0}
+
+    def sizes() -> dict:
+        """One set's input and output bytes, sized on the meta device (nothing allocated, no
+        random number drawn), so the evaluation can be admitted by its footprint before the
+        first set is drawn (memory_gate.py); None where the problem does not run there."""
+        try:
+            with torch.device("meta"), torch.no_grad():
+                inputs = list(problem.get_inputs())
+                outputs = problem.Model(*problem.get_init_inputs())(*inputs)
+        except Exception:  # noqa: BLE001 - .item(), a host generator, an operator without a meta kernel
+            return {"input_bytes": None, "output_bytes": None}
+        outputs = outputs if isinstance(outputs, (tuple, list)) else [outputs]
+        return {"input_bytes": _tensor_bytes(inputs), "output_bytes": _tensor_bytes(outputs)}
 
     def fresh_sets(count: int) -> dict:
         """Input sets no call has seen, with the reference's outputs: one per timed call."""
@@ -341,8 +367,8 @@ def reference_main(conn, spec: dict) -> None:
                 "launch_overlapped": measurement.launch_overlapped, "backend_settings": timed_under,
                 "quiet": hold.quiet}
 
-    serve_requests(conn, {"prepare": prepare, "fresh_sets": fresh_sets, "repeats_itself": repeats_itself,
-                          "baseline": baseline})
+    serve_requests(conn, {"sizes": sizes, "prepare": prepare, "fresh_sets": fresh_sets,
+                          "repeats_itself": repeats_itself, "baseline": baseline})
 
 
 # ----------------------------------------------------------------------------------------------

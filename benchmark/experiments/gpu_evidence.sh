@@ -200,9 +200,40 @@ run_section() {
                      tail -3 /tmp/throughput/sequential.log ;;
     throughput-report) python3 -m benchmark.experiments.harness_throughput --device cuda --work /tmp/throughput --phase report \
                          --json "$OUT/throughput.json" ;;
+    # Issue #38, device memory under load (benchmark/experiments/under_load.py). The pairs: the large
+    # cases, and with UNDER_LOAD_KERNELBENCH (a clone) the identity set too (or carry a prepared dir
+    # as UNDER_LOAD). Each run lives in $UNDER_LOAD_RUNS/<name> (kept while the machine is warm, so
+    # the report of a later call reads the runs of earlier ones) and is copied under $OUT; each bench
+    # is cut at UL_TIMEOUT_S (SIGTERM: what finished is kept). Run them in this order: the run alone
+    # measures the footprints the admit run then knows (one CUDAAGENT_CACHE for the call, above).
+    under-load-prepare) python3 -m benchmark.experiments.under_load prepare --out "${UNDER_LOAD:-/tmp/under-load}" \
+                          ${UNDER_LOAD_KERNELBENCH:+--kernelbench "$UNDER_LOAD_KERNELBENCH"} ;;
+    under-load-alone|under-load-admit|under-load-retry)
+      name=${section#under-load-}
+      candidates=candidates; workers=(); policy=admit
+      case $name in alone) candidates=one; workers=(--workers 1) ;; retry) policy=retry ;; esac
+      runs=${UNDER_LOAD_RUNS:-/tmp/under-load-runs}
+      SECONDS=0
+      timeout "${UL_TIMEOUT_S:-280}" cudaagent bench --problems "${UNDER_LOAD:-/tmp/under-load}/large/problems" \
+        --candidates "${UNDER_LOAD:-/tmp/under-load}/large/$candidates" --policy calibration --baselines eager \
+        "${workers[@]}" --memory-policy "$policy" --out "$runs/$name" --resume
+      echo "$SECONDS $?" > "$runs/$name/wall.txt"  # seconds, and the exit status (124: cut at UL_TIMEOUT_S)
+      # What the report reads (it runs here or, on the returned files, on any machine).
+      mkdir -p "$OUT/under-load-$name" && cp "$runs/$name"/{results.jsonl,pytest.log,leaderboard.md,wall.txt} \
+        "$runs/$name/.bench-run/pairs.json" "$OUT/under-load-$name/" ;;
+    # IDENTITY_RUNS: more LABEL=DIR for the report, e.g. #40's identity runs alone and at the default workers.
+    # shellcheck disable=SC2086  # one argument per LABEL=DIR
+    under-load-report) runs=${UNDER_LOAD_RUNS:-/tmp/under-load-runs}
+                       python3 -m benchmark.experiments.under_load report alone="$runs/alone" admit="$runs/admit" \
+                         retry="$runs/retry" --json "$OUT/under_load_large.json" --markdown
+                       if [ -n "${IDENTITY_RUNS:-}" ]; then
+                         python3 -m benchmark.experiments.under_load report $IDENTITY_RUNS \
+                           --json "$OUT/under_load_identity.json" --markdown
+                       fi ;;
     *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests gpu-tests-core gpu-tests-rest gpu-tests differential issue39 compat-bench speed-fidelity" \
             "l2 sandbox faults reward build-speed warm-load side-by-side baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
-            "throughput-harness throughput-sequential throughput-wait throughput-report"
+            "throughput-harness throughput-sequential throughput-wait throughput-report" \
+            "under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report"
        return 2 ;;
   esac
 }
