@@ -24,9 +24,11 @@ def _fresh_seed() -> int:
 
 def setup_worker(spec: dict) -> None:
     from .channel import redirect_stdio
+    from .host_quiet import reserved_in, untimed_worker
 
     redirect_stdio(spec["log_path"])
     os.environ.update(spec["env"])
+    untimed_worker(reserved_in(spec))  # off the timed processes' cores until it times (host_quiet.py)
 
 
 def _cpu_seconds_with_children() -> float:
@@ -471,9 +473,13 @@ def serve_candidate(conn, spec: dict) -> None:
         # On the GPU the calls run back to back as the baselines' do: inputs staged first,
         # outputs copied on the device into memory taken before the first call (no allocation of
         # ours between the candidate's calls, timer.OutputCopies), brought to the host after the
-        # last call (timer.staged_on_device says what the bus in between cost).
+        # last call (timer.staged_on_device says what the bus in between cost). On the CPU too
+        # the copies go into that slab: a shared-memory copy per call left glibc handing the
+        # next call's output fresh pages, faulted in inside its timed region (an identity
+        # leaky ReLU on 256x512 at 0.05-0.2x of eager; README, "What a timed call includes").
         staged = staged_on_device([fresh["inputs"] for fresh in timed_sets], sum(state["output_nbytes"]), device)
-        copies = OutputCopies(state["output_nbytes"], len(timed_sets), device) if staged is not None else None
+        copies = (OutputCopies(state["output_nbytes"], len(timed_sets), device)
+                  if staged is not None or device == "cpu" else None)
         with torch.no_grad(), device_lock(device, config.timing_config.quiet_wait_s) as hold:
             for call_index, fresh in enumerate(timed_sets):
                 buffer = buffers[call_index % len(buffers)]
@@ -494,7 +500,7 @@ def serve_candidate(conn, spec: dict) -> None:
                 del output
                 timed_outputs.append(report["outputs"])
                 violations += report["violations"]
-            if staged is not None:
+            if copies is not None:
                 timed_outputs = [_to_send(call_copies) for call_copies in timed_outputs]
                 del copies  # the slab they were views of
             audited_ms, audited_outputs = [], []
