@@ -114,6 +114,11 @@ class TimingConfig:
     reserved_cpus: int = 2
     # Also report the profiler's kernel-duration sum (device time); it costs one extra pass.
     device_time: bool = True
+    # Detach CUPTI when that pass ends (Kineto's TEARDOWN_CUPTI=1, set in every worker): Kineto
+    # leaves it attached by default, and every later launch of the process, the timed calls that
+    # follow the pass included, pays for its callbacks (pytorch/pytorch#144455: 10-20% of a
+    # training step). KernelBench's timing runs no profiler. False: Kineto's default.
+    cupti_teardown: bool = True
     device_time_calls: int = 10
     device_time_warmup_ms: float = 20.0  # calls before the profiled ones, so clocks are up
     # timing_inconsistent (GPU): bare calls cannot finish before the kernels they launch are done,

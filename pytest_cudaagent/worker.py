@@ -8,6 +8,7 @@ times. Neither decides a verdict; the parent compares.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -29,6 +30,9 @@ def setup_worker(spec: dict) -> None:
     redirect_stdio(spec["log_path"])
     os.environ.update(spec["env"])
     untimed_worker(reserved_in(spec))  # off the timed processes' cores until it times (host_quiet.py)
+    timing = (spec.get("config") or {}).get("timing_config") or {}
+    if timing.get("cupti_teardown", True):  # read by Kineto when a profiler session ends
+        os.environ.setdefault("TEARDOWN_CUPTI", "1")
 
 
 def _cpu_seconds_with_children() -> float:
@@ -135,12 +139,33 @@ def configured_settings(config):
 
 
 def _seed_all(seed: int) -> None:
+    """Python's generator and torch's, left as torch.manual_seed leaves them (the CPU's and every
+    CUDA device's), by the short way where it is the same: CUDA started or absent and no other
+    backend. torch.manual_seed formats a traceback of its caller for each backend it seeds
+    lazily (XPU, MTIA, a CUDA not started yet): 0.4-0.6 ms a call, and the candidate's worker seeds
+    before every timed call, so the device sat idle that long before each of them and not before
+    the baselines' (`timed_call_overhead --steps`)."""
     import random
 
     import torch
 
     random.seed(seed)
-    torch.manual_seed(seed)  # also seeds every CUDA device
+    if _only_cpu_and_cuda() and (torch.cuda.is_initialized() or not torch.cuda.is_available()):
+        torch.default_generator.manual_seed(seed)
+        if torch.cuda.is_initialized():
+            for generator in torch.cuda.default_generators:
+                generator.manual_seed(seed)
+        return
+    torch.manual_seed(seed)  # also seeds every CUDA device, now or once CUDA starts
+
+
+@functools.cache
+def _only_cpu_and_cuda() -> bool:
+    """No backend torch.manual_seed also seeds is present here but the CPU and CUDA."""
+    import torch
+
+    return not (torch.backends.mps.is_available() or torch.xpu.is_available() or torch.mtia.is_available()
+                or torch._C._get_privateuse1_backend_name() != "privateuseone")
 
 
 # ----------------------------------------------------------------------------------------------
