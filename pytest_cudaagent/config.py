@@ -110,8 +110,9 @@ class TimingConfig:
     # Logical CPUs (rounded up to whole cores) kept for the process holding a device's timing
     # lock; every other process of the run stays off them (host_quiet.py). A launch-bound call
     # waited for a core in a full batch: an exact F.conv_transpose1d forward timed 0.14x of eager
-    # beside fifteen workers' builds and checks, 1.01x alone (H100). 0: no reservation.
-    reserved_cpus: int = 2
+    # beside fifteen workers' builds and checks, 1.01x alone (H100). None: the machine's own
+    # (host_quiet.automatic_count: 2 from eight cores on, 1 from four, none below); 0: none.
+    reserved_cpus: int | None = None
     # Also report the profiler's kernel-duration sum (device time); it costs one extra pass.
     device_time: bool = True
     # Detach CUPTI when that pass ends (Kineto's TEARDOWN_CUPTI=1, set in every worker): Kineto

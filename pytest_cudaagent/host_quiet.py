@@ -26,8 +26,18 @@ from pathlib import Path
 HOST_ENV = "CUDAAGENT_HOST_PLAN"
 TOPOLOGY = Path("/sys/devices/system/cpu")
 
-# Reserved CPUs per timed device in this process (untimed_worker); 0: no reservation.
-_reserved_here = {"count": 0}
+# Reserved CPUs per timed device in this process (untimed_worker): a count, None for the
+# machine's own (automatic_count), 0 for none.
+_reserved_here: dict = {"count": 0}
+_THIS_PROCESS = object()  # timed_hold: the count untimed_worker set here
+
+
+def automatic_count(cores: int) -> int:
+    """CPUs reserved per device where none is configured: 2 from eight cores on (the H100
+    machine's 16: a launch and the driver's threads), 1 from four, none below, where one core
+    less for the builds and checks (the tests' 2-core machine: half of it) costs more than a
+    quiet core buys."""
+    return 2 if cores >= 8 else 1 if cores >= 4 else 0
 
 
 @dataclass(frozen=True)
@@ -35,12 +45,15 @@ class HostPlan:
     cpus: tuple[int, ...]  # the run's CPUs
     gpus: tuple[str, ...]  # the run's GPUs (CUDA_VISIBLE_DEVICES entries), one reserved set each
 
-    def reserved(self, slot: int, count: int) -> frozenset[int]:
+    def reserved(self, slot: int, count: int | None) -> frozenset[int]:
         """The CPUs reserved for the timings of device `slot` (0 for the CPU backend): `count`
-        logical CPUs rounded up to whole cores (a build on a core's other hardware thread would
-        share its pipeline), taken from the highest-numbered cores, one block per device; fewer
-        where the run has too few cores to keep one for untimed work, none where it has one."""
+        logical CPUs (None: automatic_count) rounded up to whole cores (a build on a core's other
+        hardware thread would share its pipeline), taken from the highest-numbered cores, one
+        block per device; fewer where the run has too few cores to keep one for untimed work,
+        none where it has one."""
         cores = _cores(self.cpus)
+        if count is None:
+            count = automatic_count(len(cores))
         if count <= 0 or not cores:
             return frozenset()
         slots = max(1, len(self.gpus))
@@ -50,7 +63,7 @@ class HostPlan:
         start = len(cores) - per_slot * (min(slot, slots - 1) + 1)
         return frozenset(cpu for core in cores[start:start + per_slot] for cpu in core)
 
-    def untimed(self, count: int) -> frozenset[int]:
+    def untimed(self, count: int | None) -> frozenset[int]:
         """Every CPU of the run that no device's timing reserves."""
         reserved = set()
         for slot in range(max(1, len(self.gpus))):
@@ -146,23 +159,23 @@ def move_tree(root: int, cpus: Iterable[int]) -> int:
     return move_threads(pids, cpus)
 
 
-def reserved_in(spec: dict) -> int:
-    """The reserved CPUs a worker's spec asks for (its EvalConfig's TimingConfig, else the
-    default); 0 for a run that times nothing (`timing` off): no one would use them."""
+def reserved_in(spec: dict) -> int | None:
+    """The reserved CPUs a worker's spec asks for (its EvalConfig's TimingConfig, or a synthesis
+    FilterConfig's `timing`, else the default: None, automatic); 0 for a run that times nothing."""
     from .config import TimingConfig
 
     config = spec.get("config") or {}
     if config.get("timing") is False:
         return 0
-    timing = config.get("timing_config") or {}
-    return int(timing.get("reserved_cpus", TimingConfig.reserved_cpus))
+    timing = config.get("timing_config") or (config["timing"] if isinstance(config.get("timing"), dict) else {})
+    return timing.get("reserved_cpus", TimingConfig.reserved_cpus)
 
 
-def untimed_worker(reserved_cpus: int) -> None:
+def untimed_worker(reserved_cpus: int | None) -> None:
     """In a process of the run that does untimed work (a worker, at its start; the evaluating
     process): stay off every device's reserved CPUs from now on, as will whatever it starts."""
     _reserved_here["count"] = reserved_cpus
-    if reserved_cpus <= 0 or not hasattr(os, "sched_setaffinity"):
+    if reserved_cpus == 0 or not hasattr(os, "sched_setaffinity"):
         return
     untimed = record_host().untimed(reserved_cpus)
     # Its own threads only: processes it started already may be timing right now (the workers
@@ -171,14 +184,27 @@ def untimed_worker(reserved_cpus: int) -> None:
         move_threads([os.getpid()], untimed)
 
 
+def _fit_torch_threads(cpus: int) -> int | None:
+    """At most `cpus` intra-op threads for torch in this process, if it has torch (more would
+    take turns on the cores); returns the count before."""
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "get_num_threads"):
+        return None
+    before = torch.get_num_threads()
+    if before > cpus:
+        torch.set_num_threads(cpus)
+    return before
+
+
 @contextmanager
-def timed_hold(device: str, reserved_cpus: int | None = None, pid: int | None = None):
+def timed_hold(device: str, reserved_cpus=_THIS_PROCESS, pid: int | None = None):
     """Around a held timing lock: the timed process (`pid`, this one by default) and everything
     under it on the device's reserved CPUs, then back on the untimed ones. On the CPU backend,
-    in this process, torch's intra-op threads are as many as the reserved CPUs meanwhile (more
-    would share them). Does nothing without a reservation (`untimed_worker` never called, or 0)."""
-    count = _reserved_here["count"] if reserved_cpus is None else reserved_cpus
-    if count <= 0 or not hasattr(os, "sched_setaffinity"):
+    in this process, torch's intra-op threads are at most as many as the reserved CPUs meanwhile
+    (more would take turns on them). Does nothing without a reservation (`untimed_worker` never
+    called, or 0)."""
+    count = _reserved_here["count"] if reserved_cpus is _THIS_PROCESS else reserved_cpus
+    if count == 0 or not hasattr(os, "sched_setaffinity"):
         yield
         return
     plan = record_host()
@@ -187,14 +213,11 @@ def timed_hold(device: str, reserved_cpus: int | None = None, pid: int | None = 
         yield
         return
     root = os.getpid() if pid is None else pid
-    torch = sys.modules.get("torch") if root == os.getpid() and device == "cpu" else None
-    threads_before = torch.get_num_threads() if torch is not None else None
     move_tree(root, reserved)
-    if torch is not None:
-        torch.set_num_threads(len(reserved))
+    threads_before = _fit_torch_threads(len(reserved)) if root == os.getpid() and device == "cpu" else None
     try:
         yield
     finally:
-        if torch is not None:
-            torch.set_num_threads(threads_before)
+        if threads_before is not None:
+            sys.modules["torch"].set_num_threads(threads_before)
         move_tree(root, untimed)

@@ -13,10 +13,8 @@ DATA = REPO / "tests" / "data"
 TEST_PROBLEMS = DATA / "problems"
 TEST_CANDIDATES = DATA / "candidates"
 
-# Small budgets: the tests check behaviour, not speed. No cores reserved for timed calls: on the
-# 2-core CI box that would keep every test process's untimed work on one core
-# (tests/evaluator/test_host_quiet.py tests the reservation).
-QUICK_TIMING = TimingConfig(warmup_ms=5, repeat_ms=20, min_samples=6, max_samples=60, reserved_cpus=0)
+# Small budgets: the tests check behaviour, not speed.
+QUICK_TIMING = TimingConfig(warmup_ms=5, repeat_ms=20, min_samples=6, max_samples=60)
 
 
 def cpu_config(**overrides) -> EvalConfig:

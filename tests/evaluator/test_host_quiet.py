@@ -10,7 +10,14 @@ import signal
 import pytest
 
 from pytest_cudaagent import EvalConfig, evaluate, host_quiet
-from pytest_cudaagent.host_quiet import HOST_ENV, HostPlan, device_slot, record_host, reserved_in
+from pytest_cudaagent.host_quiet import (
+    HOST_ENV,
+    HostPlan,
+    automatic_count,
+    device_slot,
+    record_host,
+    reserved_in,
+)
 from tests.evaluator.host_quiet import targets
 from tests.helpers import QUICK_TIMING, cpu_config
 
@@ -42,6 +49,12 @@ def test_reserved_cpus_are_whole_cores_from_the_top_one_block_per_gpu(tmp_path, 
 
 def test_a_small_machine_keeps_a_core_for_untimed_work(tmp_path, monkeypatch):
     monkeypatch.setattr(host_quiet, "TOPOLOGY", tmp_path)  # no topology: each CPU its own core
+    # Unless asked, none below four cores: half of a 2-core machine costs its builds more than
+    # a quiet core buys the timings.
+    assert [automatic_count(cores) for cores in (1, 2, 3, 4, 7, 8, 16)] == [0, 0, 0, 1, 1, 2, 2]
+    assert HostPlan((0, 1), ()).reserved(0, None) == set()
+    assert HostPlan(tuple(range(4)), ()).reserved(0, None) == {3}
+    assert HostPlan(tuple(range(16)), ("0",)).reserved(0, None) == {14, 15}
     assert HostPlan((0, 1), ()).reserved(0, 2) == {1}
     assert HostPlan((0, 1), ()).untimed(2) == {0}
     assert HostPlan((0,), ()).reserved(0, 2) == set()  # nothing left for the rest: no reservation
@@ -52,7 +65,7 @@ def test_a_small_machine_keeps_a_core_for_untimed_work(tmp_path, monkeypatch):
 def test_the_plan_is_made_once_and_every_process_reads_the_same(monkeypatch):
     monkeypatch.delenv(HOST_ENV, raising=False)
     plan = record_host(gpus=["0", "1"])
-    assert plan.cpus == tuple(CPUS) and plan.gpus == ("0", "1")
+    assert plan.cpus == tuple(sorted(os.sched_getaffinity(0))) and plan.gpus == ("0", "1")
     assert os.environ[HOST_ENV]
     # A worker whose own CPUs were narrowed still reads the run's plan, not its own mask.
     assert record_host(gpus=["7"]) == plan
@@ -62,8 +75,11 @@ def test_the_plan_is_made_once_and_every_process_reads_the_same(monkeypatch):
 
 def test_a_run_without_timing_reserves_nothing():
     assert reserved_in({"config": EvalConfig(timing=False).to_dict()}) == 0
-    assert reserved_in({"config": EvalConfig().to_dict()}) == 2
-    assert reserved_in({}) == 2  # a worker without an EvalConfig (synthesis, compile tools): the default
+    assert reserved_in({"config": EvalConfig().to_dict()}) is None  # the machine's own
+    assert reserved_in({}) is None  # a worker without an EvalConfig (compile tools): the default
+    timing = dataclasses.replace(QUICK_TIMING, reserved_cpus=3)
+    assert reserved_in({"config": EvalConfig(timing_config=timing).to_dict()}) == 3
+    assert reserved_in({"config": {"timing": {"reserved_cpus": 1}}}) == 1  # a synthesis FilterConfig
 
 
 @pytest.fixture
