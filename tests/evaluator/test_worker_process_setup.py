@@ -62,3 +62,13 @@ def test_workers_have_kineto_detach_cupti_after_the_profile_unless_told_not_to()
     untold = dataclasses.replace(QUICK_TIMING, cupti_teardown=False)
     result = evaluate(TEST_PROBLEMS / "small_leaky_relu.py", probe, cpu_config(policy="permissive", timing_config=untold))
     assert result.status == "runtime_error" and "CUPTI" in result.error, result.summary()
+
+
+def test_timed_calls_run_without_python_hooks_or_the_audit():
+    """No profile or trace function and no dispatch or function mode during a timed call: the probe
+    sleeps under any of them, as it does in every watched call."""
+    probe = Path(__file__).parent / "timing_candidates" / "slow_when_hooked.py"
+    result = evaluate(TEST_PROBLEMS / "small_leaky_relu.py", probe, cpu_config(policy="permissive", timing=True))
+    assert result.passed, result.summary()
+    assert result.timing["candidate"].median_ms < 25, result.timing["candidate"]
+    assert result.phase_seconds["correctness"] >= 0.05 * 5  # the watched trials did sleep: the probe sees the audit
