@@ -15,6 +15,7 @@ the environment by the first of them (`record_host`), before any worker starts.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Iterable
@@ -51,7 +52,7 @@ class HostPlan:
         hardware thread would share its pipeline), taken from the highest-numbered cores, one
         block per device; fewer where the run has too few cores to keep one for untimed work,
         none where it has one."""
-        cores = _cores(self.cpus)
+        cores = _cores(self.cpus, TOPOLOGY)
         if count is None:
             count = automatic_count(len(cores))
         if count <= 0 or not cores:
@@ -71,15 +72,17 @@ class HostPlan:
         return frozenset(self.cpus) - reserved
 
 
-def _cores(cpus: Iterable[int]) -> list[tuple[int, ...]]:
+@functools.lru_cache(maxsize=8)
+def _cores(cpus: tuple[int, ...], topology: Path) -> list[tuple[int, ...]]:
     """The CPUs grouped by physical core (hardware threads together), cores in order of their
-    lowest CPU; a CPU whose topology is unreadable is a core of its own."""
+    lowest CPU; a CPU whose topology is unreadable is a core of its own. Read once per process
+    (every timing's hold asks)."""
     wanted, cores, seen = set(cpus), [], set()
     for cpu in sorted(wanted):
         if cpu in seen:
             continue
         try:
-            siblings = _parse_cpus((TOPOLOGY / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text())
+            siblings = _parse_cpus((topology / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text())
         except (OSError, ValueError):
             siblings = [cpu]
         core = tuple(sorted((set(siblings) & wanted) | {cpu}))

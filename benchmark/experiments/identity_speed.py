@@ -223,14 +223,21 @@ def run_kernelbench(args) -> int:
                                                                 str(results), deadline))
         child.start()
         child.join(max(1.0, deadline - time.time()) + 60)
-        if child.is_alive():
+        stopped = child.is_alive()  # still on a pair at the deadline: left for the next call
+        if stopped:
             child.kill()
+            child.join()
         after = sum(1 for line in results.read_text().splitlines() if line.strip()) if results.exists() else 0
-        if child.exitcode != 0 and after == len(done):
+        in_flight = after - len(done)
+        if child.exitcode != 0 and not stopped and in_flight < len(todo):
+            pair = todo[in_flight]  # the pair it died on (a CUDA fault ends the process)
             with open(results, "a") as handle:
-                handle.write(json.dumps({"problem": todo[0]["problem"], "candidate": todo[0]["candidate"],
-                                         "level": todo[0]["level"],
+                handle.write(json.dumps({"problem": pair["problem"], "candidate": pair["candidate"],
+                                         "level": pair["level"],
                                          "error": f"KernelBench's process died (exit {child.exitcode})"}) + "\n")
+        if stopped:
+            print(f"kernelbench: stopped at the deadline; {len(todo) - in_flight} pairs left for the next call")
+            return 0
 
 
 # ----------------------------------------------------------------------------------------------
