@@ -206,9 +206,17 @@ def _kernelbench_rows(checkout: str, pairs: list[dict], results: str, deadline: 
 
 
 def run_kernelbench(args) -> int:
+    from benchmark.experiments.kernelbench_differential import import_kernelbench_eval
+
     out = Path(args.out)
     results = out / "kernelbench.jsonl"
     selection = json.loads((out / "selection.json").read_text())
+    try:  # here first: a checkout that cannot be imported fails once, not once per pair
+        import_kernelbench_eval(Path(args.kernelbench))
+    except Exception as error:  # noqa: BLE001 - a missing module of its own (pydantic: carry the wheels, .whl)
+        print(f"identity_speed kernelbench: KernelBench's eval does not import from {args.kernelbench}: "
+              f"{type(error).__name__}: {error}", file=sys.stderr)
+        return 2
     deadline = time.time() + args.deadline
     while True:
         done = {json.loads(line)["candidate"] for line in results.read_text().splitlines() if line.strip()} \
