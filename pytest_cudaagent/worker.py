@@ -164,7 +164,8 @@ def _only_cpu_and_cuda() -> bool:
     """No backend torch.manual_seed also seeds is present here but the CPU and CUDA."""
     import torch
 
-    return not (torch.backends.mps.is_available() or torch.xpu.is_available() or torch.mtia.is_available()
+    others = [getattr(getattr(torch, name, None), "is_available", lambda: False) for name in ("xpu", "mtia")]
+    return not (torch.backends.mps.is_available() or any(available() for available in others)
                 or torch._C._get_privateuse1_backend_name() != "privateuseone")
 
 
