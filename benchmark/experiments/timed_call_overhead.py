@@ -276,12 +276,9 @@ def _baseline_loop(timer, fn, content_sets, calls: int, overlap: bool) -> tuple[
 def _candidate_loop(timer, fn, content_sets, fresh_sets, device: str, overlap: bool) -> tuple[list[float], _Steps]:
     """The worker's timed calls: each on a fresh set staged on the device, seeded, its output
     copied into the slab taken before the first call and dropped."""
-    import random
-
-    import torch
-
     from pytest_cudaagent.outputs import inspect_outputs
     from pytest_cudaagent.timer import OutputCopies, input_buffers, load_content
+    from pytest_cudaagent.worker import _seed_all
 
     buffers, steps, samples = input_buffers(content_sets), _Steps(), []
     probe = fn(*buffers[0])
@@ -293,8 +290,7 @@ def _candidate_loop(timer, fn, content_sets, fresh_sets, device: str, overlap: b
         buffer = buffers[call_index % len(buffers)]
         load_content(buffer, inputs)
         steps.lap("input refill")
-        random.seed(call_index)
-        torch.manual_seed(call_index)
+        _seed_all(call_index)
         steps.lap("seed")
         elapsed_ms, output = _our_timed_call(timer, lambda b=buffer: fn(*b), overlap, steps)
         samples.append(elapsed_ms)
