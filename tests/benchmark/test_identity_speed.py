@@ -42,10 +42,12 @@ def test_make_writes_the_subset_and_the_selection(tmp_path):
     assert "class ModelNew" in Path(selection[0]["candidate"]).read_text()
 
 
-def test_the_committed_subset_names_pairs_of_each_level():
+def test_the_committed_subsets_name_pairs_of_each_level():
     pairs = json.loads(identity_speed.SUBSET.read_text())["pairs"]
     assert {level for level, _, _ in pairs} == {"1", "2", "3"}
     assert all(mib is not None and mib <= 256 for _, _, mib in pairs)
+    small = json.loads(identity_speed.SUBSET.with_name("identity_subset_small.json").read_text())["pairs"]
+    assert len(small) == 30 and all(pair in pairs for pair in small)
 
 
 def test_alone_and_batched_run_bench_with_caches_of_their_own(tmp_path):
