@@ -180,10 +180,12 @@ def untimed_worker(reserved_cpus: int | None) -> None:
     _reserved_here["count"] = reserved_cpus
     if reserved_cpus == 0 or not hasattr(os, "sched_setaffinity"):
         return
-    untimed = record_host().untimed(reserved_cpus)
+    plan = record_host()
+    untimed = plan.untimed(reserved_cpus)
     # Its own threads only: processes it started already may be timing right now (the workers
-    # of an evaluating process), and each of them moved itself when it started.
-    if untimed:
+    # of an evaluating process), and each of them moved itself when it started. Without a
+    # reservation here nothing moves (a process pinned on purpose stays pinned).
+    if untimed and untimed != frozenset(plan.cpus):
         move_threads([os.getpid()], untimed)
 
 

@@ -164,8 +164,10 @@ def test_a_holder_that_dies_leaves_the_others_off_the_cores_and_the_lock_to_the_
 def own_cpus_kept():
     """An evaluation with a reservation moves this process (it starts workers) off the reserved
     cores for good: put its threads back for the tests that follow in it."""
+    count = host_quiet._reserved_here["count"]
     yield
     host_quiet.move_threads([os.getpid()], CPUS)
+    host_quiet._reserved_here["count"] = count
 
 
 @needs_two_cpus
@@ -186,3 +188,16 @@ def test_timed_calls_and_the_eager_baseline_run_on_the_reserved_cores(tmp_path, 
     assert candidate_ms < 25 and eager_ms < 25, (candidate_ms, eager_ms)
     candidate_ms, eager_ms = timed(0)
     assert candidate_ms >= 50 and eager_ms >= 50, (candidate_ms, eager_ms)
+
+
+@needs_two_cpus
+def test_without_a_reservation_a_pinned_process_stays_pinned(run_env, own_cpus_kept):
+    """No reservation (0, or a machine too small for one): untimed_worker and the hold leave the
+    process's CPUs alone, a pinning of the user's included."""
+    os.sched_setaffinity(0, {CPUS[0]})
+    host_quiet.untimed_worker(0)
+    with host_quiet.timed_hold("cpu"):
+        assert os.sched_getaffinity(0) == {CPUS[0]}
+    host_quiet.untimed_worker(None)  # automatic: nothing on a machine under four cores
+    if host_quiet.automatic_count(len(CPUS)) == 0:
+        assert os.sched_getaffinity(0) == {CPUS[0]}
