@@ -17,14 +17,16 @@ batch, not read from the alone run. `report` prints per level the median, 5th an
 of the speedup and the share within 0.95-1.05, for the three side by side.
 
 `cpu`: the bundled problems' and the test problems' identity candidates on the CPU backend,
-through `cudaagent bench --device cpu --workers 1`, each repeat with a fresh cache; prints each
-problem's speedup and the share within 0.9-1.1 (#40's CPU target). Tests never assert on time:
+through `cudaagent bench --device cpu --workers 1` (its batch runner), each repeat with a fresh
+cache, `--reserved-cpus N` to keep cores for the timed process where the machine would not;
+prints each problem's speedup and the share within 0.9-1.1 (#40's CPU target). Tests never assert on time:
 this is where the CPU number comes from.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import math
 import multiprocessing
@@ -38,8 +40,11 @@ from pathlib import Path
 
 from rich.console import Console
 
+from benchmark.batch import BatchSettings, run_batch
 from benchmark.experiments.identity_set import write_identity_set
 from benchmark.kernelbench import Problem, level_label, level_of, load_flat, load_tree, select
+from benchmark.solutions import pair_solutions
+from pytest_cudaagent.config import EvalConfig, TimingConfig
 
 REPO = Path(__file__).resolve().parents[2]
 BAND = (0.95, 1.05)  # the GPU target: 90% of identity speedups in here, median 1.00 +- 0.02
@@ -395,23 +400,31 @@ def cpu(args) -> int:
     origin = {}
     for name, directory in CPU_PROBLEM_DIRS.items():
         for problem in load_flat(directory):
-            if problem.name in CPU_SKIPPED:
+            if problem.name in CPU_SKIPPED or (args.name and not fnmatch.fnmatch(problem.name, args.name)):
                 continue
             copied = problems_dir / f"{name}__{problem.name}"
             shutil.copyfile(problem.path, copied)
             origin[copied.stem] = name
     written = write_identity_set(load_flat(problems_dir), candidates_dir)
     print(f"{len(written)} identity candidates of the bundled and test problems in {candidates_dir}", flush=True)
+    pairs = pair_solutions(load_flat(problems_dir), candidates_dir).pairs
+    config_file = None
+    if args.reserved_cpus is not None:  # what `cudaagent bench` takes through --cudaagent-config
+        config_file = out / "config.json"
+        config_file.write_text(json.dumps(EvalConfig(timing_config=TimingConfig(reserved_cpus=args.reserved_cpus)).to_dict()))
     runs = []
     for repeat in range(args.repeats):
-        run_dir = out / f"run-{repeat}"
-        command = ["cudaagent", "bench", "--problems", str(problems_dir), "--candidates", str(candidates_dir),
-                   "--device", "cpu", "--policy", "calibration", "--baselines", "eager", "--workers", str(args.workers),
-                   "--out", str(run_dir), "--resume"]
-        env = {**os.environ, "CUDAAGENT_CACHE": str(out / f"cache-{repeat}")}
-        print(" ".join(command), flush=True)
-        subprocess.call(command, env=env, stdout=subprocess.DEVNULL if args.quiet else None)
-        runs.append(bench_speedups(run_dir / "results.jsonl") if (run_dir / "results.jsonl").exists() else [])
+        results = out / f"run-{repeat}" / "results.jsonl"
+        results.parent.mkdir(parents=True, exist_ok=True)
+        settings = BatchSettings(device="cpu", workers=args.workers, baselines=("eager",), policy="calibration",
+                                 config_file=config_file)
+        # Each repeat with a fresh cache: its eager times are its own, measured beside its candidates.
+        os.environ["CUDAAGENT_CACHE"] = str(out / f"cache-{repeat}")
+        print(f"repeat {repeat}: {len(pairs)} pairs, cudaagent bench --device cpu --policy calibration --baselines "
+              f"eager --workers {args.workers}" + (f", reserved_cpus={args.reserved_cpus}" if config_file else ""),
+              flush=True)
+        run_batch(pairs, results, settings, resume=True, console=Console(quiet=args.quiet))
+        runs.append(bench_speedups(results) if results.exists() else [])
     table = cpu_table(runs, origin)
     _print_cpu_table(table)
     if args.json:
@@ -474,6 +487,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=540.0, help="kernelbench: stop starting pairs after this many s")
     parser.add_argument("--repeats", type=int, default=1, help="cpu: bench runs, each with a fresh cache")
     parser.add_argument("--quiet", action="store_true", help="cpu: hide the bench runs' own output")
+    parser.add_argument("--name", help="cpu: only problem files whose name matches this glob")
+    parser.add_argument("--reserved-cpus", type=int,
+                        help="cpu: TimingConfig.reserved_cpus for the runs (default: the machine's own; none "
+                             "below four cores)")
     parser.add_argument("--json", help="report/cpu: write the numbers here")
     parser.add_argument("--plot", help="report: a PNG of the distributions per level")
     args = parser.parse_args(argv)
