@@ -121,8 +121,19 @@ class TimingConfig:
     # of this run; it waits this long for such work to end, then times beside it and warns
     # (`timed_beside_other_work`): a stuck trial must not hold every timing for its timeout.
     quiet_wait_s: float = 30.0
+    # Logical CPUs (rounded up to whole cores) kept for the process holding a device's timing
+    # lock; every other process of the run stays off them (host_quiet.py). A launch-bound call
+    # waited for a core in a full batch: an exact F.conv_transpose1d forward timed 0.14x of eager
+    # beside fifteen workers' builds and checks, 1.01x alone (H100). None: the machine's own
+    # (host_quiet.automatic_count: 2 from eight cores on, 1 from four, none below); 0: none.
+    reserved_cpus: int | None = None
     # Also report the profiler's kernel-duration sum (device time); it costs one extra pass.
     device_time: bool = True
+    # Detach CUPTI when that pass ends (Kineto's TEARDOWN_CUPTI=1, set in every worker): Kineto
+    # leaves it attached by default, and every later launch of the process, the timed calls that
+    # follow the pass included, pays for its callbacks (pytorch/pytorch#144455: 10-20% of a
+    # training step). KernelBench's timing runs no profiler. False: Kineto's default.
+    cupti_teardown: bool = True
     device_time_calls: int = 10
     device_time_warmup_ms: float = 20.0  # calls before the profiled ones, so clocks are up
     # timing_inconsistent (GPU): bare calls cannot finish before the kernels they launch are done,

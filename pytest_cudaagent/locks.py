@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from .host_quiet import timed_hold
+
 
 def device_key(device: str) -> str:
     """A name for the physical device, the same in every process whatever CUDA_VISIBLE_DEVICES
@@ -108,7 +110,8 @@ def device_lock(device: str, quiet_wait_s: float = 30.0):
         held = _timing_here.__dict__.setdefault("devices", set())
         held.add(device)
         try:
-            yield DeviceHold(path, quiet)
+            with timed_hold(device):  # the holder alone on its reserved cores (host_quiet.py)
+                yield DeviceHold(path, quiet)
         finally:
             held.discard(device)
             if quiet:

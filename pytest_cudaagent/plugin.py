@@ -20,6 +20,7 @@ from . import zygote
 from .config import BACKEND_HELP, MEMORY_POLICY_HELP, EvalConfig
 from .files import BadFileError
 from .gpu_pinning import pin_xdist_worker_to_gpu
+from .host_quiet import record_host
 from .lifetime import die_with_parent_from_env
 from .pairing import Pair, pair_directory
 from .result import Result
@@ -118,6 +119,9 @@ def config_from_pytest(config: pytest.Config) -> EvalConfig:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The run's CPUs and GPUs, recorded by the controller before xdist pins each worker to one
+    # GPU and before any zygote starts (host_quiet.py: the cores kept for timed calls).
+    record_host()
     # Before anything in this worker starts CUDA: one GPU per xdist worker.
     pin_xdist_worker_to_gpu(os.environ.get("PYTEST_XDIST_WORKER"))
     config.stash[PATHS] = _absolute_paths(config)

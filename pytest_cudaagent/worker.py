@@ -8,6 +8,7 @@ times. Neither decides a verdict; the parent compares.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -24,9 +25,14 @@ def _fresh_seed() -> int:
 
 def setup_worker(spec: dict) -> None:
     from .channel import redirect_stdio
+    from .host_quiet import reserved_in, untimed_worker
 
     redirect_stdio(spec["log_path"])
     os.environ.update(spec["env"])
+    untimed_worker(reserved_in(spec))  # off the timed processes' cores until it times (host_quiet.py)
+    timing = (spec.get("config") or {}).get("timing_config") or {}
+    if timing.get("cupti_teardown", True):  # read by Kineto when a profiler session ends
+        os.environ.setdefault("TEARDOWN_CUPTI", "1")
 
 
 def _cpu_seconds_with_children() -> float:
@@ -146,12 +152,34 @@ def configured_settings(config):
 
 
 def _seed_all(seed: int) -> None:
+    """Python's generator and torch's, left as torch.manual_seed leaves them (the CPU's and every
+    CUDA device's), by the short way where it is the same: CUDA started or absent and no other
+    backend. torch.manual_seed formats a traceback of its caller for each backend it seeds
+    lazily (XPU, MTIA, a CUDA not started yet): 0.4-0.6 ms a call, and the candidate's worker seeds
+    before every timed call, so the device sat idle that long before each of them and not before
+    the baselines' (`timed_call_overhead --steps`)."""
     import random
 
     import torch
 
     random.seed(seed)
-    torch.manual_seed(seed)  # also seeds every CUDA device
+    if _only_cpu_and_cuda() and (torch.cuda.is_initialized() or not torch.cuda.is_available()):
+        torch.default_generator.manual_seed(seed)
+        if torch.cuda.is_initialized():
+            for generator in torch.cuda.default_generators:
+                generator.manual_seed(seed)
+        return
+    torch.manual_seed(seed)  # also seeds every CUDA device, now or once CUDA starts
+
+
+@functools.cache
+def _only_cpu_and_cuda() -> bool:
+    """No backend torch.manual_seed also seeds is present here but the CPU and CUDA."""
+    import torch
+
+    others = [getattr(getattr(torch, name, None), "is_available", lambda: False) for name in ("xpu", "mtia")]
+    return not (torch.backends.mps.is_available() or any(available() for available in others)
+                or torch._C._get_privateuse1_backend_name() != "privateuseone")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -568,9 +596,13 @@ def serve_candidate(conn, spec: dict) -> None:
         # On the GPU the calls run back to back as the baselines' do: inputs staged first,
         # outputs copied on the device into memory taken before the first call (no allocation of
         # ours between the candidate's calls, timer.OutputCopies), brought to the host after the
-        # last call (timer.staged_on_device says what the bus in between cost).
+        # last call (timer.staged_on_device says what the bus in between cost). On the CPU too
+        # the copies go into that slab: a shared-memory copy per call left glibc handing the
+        # next call's output fresh pages, faulted in inside its timed region (an identity
+        # leaky ReLU on 256x512 at 0.05-0.2x of eager; README, "What a timed call includes").
         staged = staged_on_device([fresh["inputs"] for fresh in timed_sets], sum(state["output_nbytes"]), device)
-        copies = OutputCopies(state["output_nbytes"], len(timed_sets), device) if staged is not None else None
+        copies = (OutputCopies(state["output_nbytes"], len(timed_sets), device)
+                  if staged is not None or device == "cpu" else None)
         with torch.no_grad(), device_lock(device, config.timing_config.quiet_wait_s) as hold:
             for call_index, fresh in enumerate(timed_sets):
                 buffer = buffers[call_index % len(buffers)]
@@ -591,7 +623,7 @@ def serve_candidate(conn, spec: dict) -> None:
                 del output
                 timed_outputs.append(report["outputs"])
                 violations += report["violations"]
-            if staged is not None:
+            if copies is not None:
                 timed_outputs = [_to_send(call_copies) for call_copies in timed_outputs]
                 del copies  # the slab they were views of
             audited_ms, audited_outputs = [], []

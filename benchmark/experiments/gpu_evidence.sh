@@ -40,6 +40,28 @@ gpu_tests() {
   python3 -m pytest "$@" -m gpu -v -p no:cacheprovider -rfEs --durations=20 -n "${TEST_WORKERS:-6}" \
     -o faulthandler_timeout=300
 }
+# The identity run's files (#40): put back from IDENTITY_FROM on a fresh machine, copied to $OUT after each section
+# (results, KernelBench's rows, the selection: small; the candidates are made again by identity-make).
+identity_restore() {
+  local dir=${IDENTITY_DIR:-/tmp/identity}
+  if [ -n "${IDENTITY_FROM:-}" ] && [ -d "$IDENTITY_FROM" ] && [ ! -f "$dir/selection.json" ]; then
+    mkdir -p "$dir" && cp -r "$IDENTITY_FROM"/. "$dir"/
+  fi
+  # shellcheck disable=SC2086  # an empty IDENTITY_SUBSET adds no argument
+  [ -d "$dir/candidates" ] || python3 -m benchmark.experiments.identity_speed make --out "$dir" \
+    --kernelbench "${KERNELBENCH:-.kernelbench}" ${IDENTITY_SUBSET:+--subset "$IDENTITY_SUBSET"}
+}
+identity_keep() {
+  local dir=${IDENTITY_DIR:-/tmp/identity}
+  mkdir -p "$OUT/identity"
+  cp "$dir/selection.json" "$OUT/identity/" 2>/dev/null
+  cp "$dir/kernelbench.jsonl" "$OUT/identity/" 2>/dev/null
+  for mode in alone batched; do
+    if [ -f "$dir/$mode/results.jsonl" ]; then
+      mkdir -p "$OUT/identity/$mode" && cp "$dir/$mode/results.jsonl" "$dir/$mode/leaderboard.md" "$OUT/identity/$mode/" 2>/dev/null
+    fi
+  done
+}
 # Each section's whole output goes to $OUT/<section>.log; its last lines are printed.
 run_section() {
   local section=$1
@@ -122,6 +144,37 @@ run_section() {
     timed-overhead-triton) python3 -m benchmark.experiments.timed_call_overhead --problem tests/data/problems/conv3x3_relu.py \
                              --candidate tests/gpu/candidates/conv3x3_relu_flags.py --policy permissive \
                              --json "$OUT/timed_call_overhead_triton.json" ;;
+    # #40: one launch-bound timed call step by step, ours against KernelBench's loop, before and after
+    # the device-time profile, with Kineto keeping CUPTI attached (TEARDOWN_CUPTI=0) and detaching it (1).
+    timed-steps) for forward in ${STEP_FORWARDS:-gemm_scale_bn conv_transpose1d elementwise_chain}; do
+                   python3 -m benchmark.experiments.timed_call_overhead --steps --forward "$forward" --calls 300 \
+                     --json "$OUT/timed_steps_$forward.json"
+                 done ;;
+    # #40: what keeping the host quiet costs the compilers and buys the timed call (alone, none, reserve, pause).
+    host-quiet-cost) python3 -m benchmark.experiments.host_quiet_cost --seconds "${QUIET_SECONDS:-20}" \
+                       --json "$OUT/host_quiet_cost.json" ;;
+    # #40 (and #38's verdicts under load): the identity set, each KernelBench problem's own Model as its candidate.
+    # IDENTITY_DIR keeps the run between calls of one warm machine; IDENTITY_FROM (a folder an earlier call
+    # brought back, carried) restores it on a fresh one. Each section copies what it made to $OUT/identity.
+    # IDENTITY_SUBSET=all (every problem: far over one session's device time, README "Identity candidates").
+    # IDENTITY_DEADLINE: seconds a phase may run (the bench is stopped by SIGTERM, keeping what ended; --resume continues).
+    # shellcheck disable=SC2086  # an empty IDENTITY_SUBSET adds no argument
+    identity-make) python3 -m benchmark.experiments.identity_speed make --out "${IDENTITY_DIR:-/tmp/identity}" \
+                     --kernelbench "${KERNELBENCH:-.kernelbench}" ${IDENTITY_SUBSET:+--subset "$IDENTITY_SUBSET"} ;;
+    identity-alone|identity-batched|identity-kernelbench)
+                   identity_restore
+                   timeout --signal=TERM --kill-after=30 "${IDENTITY_DEADLINE:-520}" \
+                     python3 -m benchmark.experiments.identity_speed "${section#identity-}" --out "${IDENTITY_DIR:-/tmp/identity}" \
+                       --kernelbench "${KERNELBENCH:-.kernelbench}" --deadline "$(( ${IDENTITY_DEADLINE:-520} - 40 ))"
+                   identity_keep ;;
+    identity-report) identity_restore
+                     python3 -m benchmark.experiments.identity_speed report --out "${IDENTITY_DIR:-/tmp/identity}" \
+                       --json "$OUT/identity_report.json" --plot "$OUT/identity_speedups.png"
+                     identity_keep ;;
+    # #40: launch-bound published-style cases, ours against KernelBench's own timing.
+    speed-fidelity-launch-bound) python3 -m benchmark.experiments.speed_fidelity --kernelbench "${KERNELBENCH:-.kernelbench}" \
+                                   --pairs benchmark/experiments/speed_fidelity_cases/launch_bound/pairs.json \
+                                   --policy calibration --json "$OUT/speed_fidelity_launch_bound.json" ;;
     sandbox-layers) python3 -m benchmark.experiments.sandbox_layers --json "$OUT/sandbox_layers.json" ;;
     sandbox-launches) python3 -m benchmark.experiments.sandbox_layers --launches --json "$OUT/sandbox_launches.json" ;;
     # Where a warm load_inline's seconds go (import torch, CUDA's start, the candidate's import).
@@ -232,6 +285,7 @@ run_section() {
                        fi ;;
     *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests gpu-tests-core gpu-tests-rest gpu-tests differential issue39 compat-bench speed-fidelity" \
             "l2 sandbox faults reward build-speed warm-load side-by-side baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
+            "timed-steps host-quiet-cost identity-make identity-alone identity-batched identity-kernelbench identity-report speed-fidelity-launch-bound" \
             "throughput-harness throughput-sequential throughput-wait throughput-report" \
             "under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report"
        return 2 ;;
