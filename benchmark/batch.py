@@ -25,7 +25,7 @@ from pytest_cudaagent.gpu_pinning import visible_gpus
 from pytest_cudaagent.lifetime import PARENT_PID_ENV
 from pytest_cudaagent.pairing import Pair
 from pytest_cudaagent.result import Result
-from pytest_cudaagent.results_file import done_keys, pair_key
+from pytest_cudaagent.results_file import done_keys, pair_key, record_missing
 
 from .pairs_plugin import write_manifest
 from .progress import ResultsTail, follow
@@ -72,6 +72,8 @@ class BatchSettings:
     # A worker's next candidate starts (sandbox, build) once its current one has built, while that
     # one is checked and timed (pytest_cudaagent.start_ahead).
     start_ahead: bool = True
+    # What an evaluation does about device memory other evaluations share (EvalConfig.memory_policy).
+    memory_policy: str = "admit"
 
 
 @dataclass
@@ -83,10 +85,13 @@ class BatchOutcome:
     workers: int = 0
     new_results: list[Result] = field(default_factory=list)
     pytest_exit: int | None = None  # None when nothing was left to run
+    # Pairs pytest ran whose evaluation wrote no row (its xdist worker died): given a harness_error
+    # row each, in new_results too, so every pair has one.
+    unreported: list[Result] = field(default_factory=list)
 
     @property
     def missing(self) -> int:
-        """Pairs run but without a Result: bad problem or candidate files (see the log)."""
+        """Pairs without a Result: pytest stopped before running them (see the log)."""
         return self.planned - self.skipped - len(self.new_results)
 
 
@@ -153,6 +158,7 @@ def pytest_command(manifest: Path, results_path: Path, run_dir: Path, settings: 
                 "--cudaagent-policy", settings.policy, "--cudaagent-tolerance", settings.tolerance,
                 "--cudaagent-convention", settings.convention,
                 "--cudaagent-backend", settings.backend,
+                "--cudaagent-memory-policy", settings.memory_policy,
                 "-n", str(workers), "--dist", "worksteal"]
     if not settings.timing:
         command.append("--cudaagent-no-timing")
@@ -201,7 +207,8 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
     # problem's reference (share_reference).
     write_manifest(manifest, sorted(todo, key=lambda pair: str(pair.problem)))
     outcome.log_path = results_path.parent / "pytest.log"
-    tail = ResultsTail(results_path, results_path.stat().st_size if results_path.exists() else 0)
+    run_start = results_path.stat().st_size if results_path.exists() else 0
+    tail = ResultsTail(results_path, run_start)
 
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
@@ -227,6 +234,11 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
     todo_keys = {pair.key for pair in todo}
     outcome.new_results = [r for r in finished if pair_key(r.problem, r.candidate) in todo_keys]
     outcome.pytest_exit = process.returncode
+    if process.returncode in PYTEST_RAN:  # every item ran: one without a row lost its worker
+        outcome.unreported = record_missing(results_path, [(pair.problem, pair.candidate) for pair in todo],
+                                            run_start, "the pytest worker evaluating it ended (see pytest.log)",
+                                            device)
+        outcome.new_results += outcome.unreported
     return outcome
 
 

@@ -12,6 +12,8 @@ from pytest_cudaagent.config import (
     BACKEND_PRESETS,
     BASELINE_MODES,
     CONVENTIONS,
+    MEMORY_POLICIES,
+    MEMORY_POLICY_HELP,
     TOLERANCE_PRESETS,
 )
 from pytest_cudaagent.rules import POLICY_NAMES
@@ -79,6 +81,8 @@ def register_bench(subparsers) -> None:
     parser.add_argument("--backend", choices=BACKEND_PRESETS, default="pytorch-default", help=BACKEND_HELP)
     parser.add_argument("--require-sandbox", action="store_true",
                         help="refuse to run (exit 2) unless candidates can be fully sandboxed here (README, Isolation)")
+    parser.add_argument("--memory-policy", choices=MEMORY_POLICIES, default="admit",
+                        help=MEMORY_POLICY_HELP + " (README, Device memory under load)")
     parser.add_argument("--no-fast-build", action="store_true",
                         help="build every candidate the plain way, without the shared precompiled torch/extension.h "
                              "a batch otherwise makes once and reuses (README, Builds)")

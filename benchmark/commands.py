@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pytest_cudaagent.config import BASELINE_MODES, EvalConfig, resolve_device
@@ -151,6 +152,7 @@ def run_bench(args) -> int:
                              baselines=_baseline_modes(args.baselines), timing=not args.no_timing,
                              policy=args.policy, tolerance=args.tolerance, convention=args.convention,
                              backend=args.backend, require_sandbox=args.require_sandbox,
+                             memory_policy=args.memory_policy,
                              fast_build=not args.no_fast_build, share_reference=not args.no_shared_reference,
                              start_ahead=not args.no_start_ahead)
     console.print(f"bench: {len(pairing.pairs)} pair(s) over {len(problems)} problem(s), candidates from "
@@ -163,6 +165,15 @@ def run_bench(args) -> int:
         console.print(f"evaluated {len(outcome.new_results)} pair(s) with {outcome.workers} worker(s); "
                       f"pytest log: {shown(str(outcome.log_path))}", highlight=False)
     exit_code = EXIT_OK
+    if outcome.unreported:
+        console.print(f"[red]{len(outcome.unreported)} pair(s) gave no Result of their own (their pytest worker "
+                      f"ended): recorded as harness_error, evaluated again with --resume; see "
+                      f"{shown(str(outcome.log_path))}[/]", highlight=False)
+        exit_code = EXIT_FAILED
+    harness_errors = [result for result in outcome.new_results if result.status == "harness_error"]
+    if harness_errors:
+        console.print(f"[red]{len(harness_errors)} harness error(s) (ours, not the candidates'): e.g. "
+                      f"{escape(harness_errors[0].error or '')}; --resume evaluates them again[/]", highlight=False)
     if outcome.pytest_exit not in (None, *PYTEST_RAN) or outcome.missing:
         console.print(f"[red]{outcome.missing} pair(s) gave no Result (pytest exit {outcome.pytest_exit}); "
                       f"the tail of {shown(str(outcome.log_path))}:[/]\n{log_tail(outcome.log_path)}", highlight=False)

@@ -11,6 +11,9 @@ Conventions (stated in the column names too):
 - A Result flagged by a REVIEW_RULES rule counts in no number at all (one sample timed near
   zero would otherwise carry a geomean over hundreds of problems); it is listed under "Flagged
   for review" for a person to look at.
+- Every other row counts in the denominators, whoever's fault it is: the candidate's, the
+  problem's (`problem_error`, `nondeterministic_reference`) or ours (`harness_error`, also listed
+  under "Harness errors": `--resume` evaluates those again).
 """
 
 from __future__ import annotations
@@ -23,14 +26,15 @@ from pathlib import Path
 import pandas as pd
 
 from pytest_cudaagent.config import BASELINE_MODES
+from pytest_cudaagent.result import HARNESS_STATUSES, PROBLEM_STATUSES
 from pytest_cudaagent.results_file import read_results
 
 from .kernelbench import level_label, level_of
 
 P_VALUES = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 # How far an evaluation got, for choosing the best failing sample.
-STATUS_PROGRESS = {"passed": 6, "violation": 5, "incorrect": 4, "runtime_error": 3, "timeout": 2,
-                   "crashed": 1, "build_error": 0}
+STATUS_PROGRESS = {"passed": 8, "violation": 7, "incorrect": 6, "nondeterministic_reference": 5, "runtime_error": 4,
+                   "timeout": 3, "crashed": 2, "build_error": 1, "problem_error": 0, "harness_error": -1}
 # Changes smaller than this between two runs' speedups are noise, not a change.
 SPEEDUP_CHANGE = 0.10
 _SAMPLE = re.compile(r"_sample_(\d+)")
@@ -70,6 +74,7 @@ def results_frame(paths: list[str | Path]) -> pd.DataFrame:
                 "problem": Path(result.problem).name, "problem_path": result.problem,
                 "candidate": result.candidate, "sample": int(sample.group(1)) if sample else 0,
                 "status": result.status, "passed": result.passed, "convention": result.convention,
+                "fault": _fault(result.status),
                 "compiled": not (result.status == "build_error"
                                  or (result.status == "timeout" and (result.error or "").startswith("build"))),
                 "reward": result.reward, "lower_precision": bool(result.precision),
@@ -90,6 +95,15 @@ def results_frame(paths: list[str | Path]) -> pd.DataFrame:
     if frame.empty:
         raise ValueError(f"no results in {', '.join(map(str, paths))}; run `cudaagent bench` first")
     return frame.drop_duplicates(subset=["run", "problem_path", "candidate"], keep="last").reset_index(drop=True)
+
+
+def _fault(status: str) -> str:
+    """Whose a failed row is: the candidate's, the problem's or the harness's ("" when passed)."""
+    if status == "passed":
+        return ""
+    if status in PROBLEM_STATUSES:
+        return "problem"
+    return "harness" if status in HARNESS_STATUSES else "candidate"
 
 
 def best_of_k(frame: pd.DataFrame) -> pd.DataFrame:
@@ -158,8 +172,11 @@ def level_summary(frame: pd.DataFrame, best: pd.DataFrame, flagged: pd.DataFrame
             row[f"geomean vs {mode} (all, failures=1x)"] = round(_geomean(all_problems), 3) if measured else math.nan
         row["lower precision % of passed"] = _share(passed["lower_precision"]) if len(passed) else math.nan
         row["mean reward"] = round(float(candidates["reward"].mean()), 3)
-        # Last, so the earlier columns keep their places in leaderboard.csv.
+        # Last, so the earlier columns keep their places in leaderboard.csv. The problem's and our
+        # own failures count as failures above; these say how many of them were not the candidates'.
         row["flagged for review"] = len(held)
+        row["problem errors"] = int((candidates["fault"] == "problem").sum())
+        row["harness errors"] = int((candidates["fault"] == "harness").sum())
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -202,6 +219,14 @@ def flagged_table(flagged: pd.DataFrame) -> pd.DataFrame:
     table = flagged[list(columns)].rename(columns=columns)
     table["candidate"] = table["candidate"].map(lambda path: Path(path).name)
     return table.round({"candidate ms": 4, "eager ms": 4, "compile ms": 4}).reset_index(drop=True)
+
+
+def harness_error_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows that were our errors, not a verdict on anyone: counted as failures, listed here."""
+    errors = frame[frame["fault"] == "harness"]
+    table = errors[["run", "level", "problem", "candidate", "error"]].copy()
+    table["candidate"] = table["candidate"].map(lambda path: Path(path).name)
+    return table.reset_index(drop=True)
 
 
 def changes(best: pd.DataFrame) -> pd.DataFrame:
@@ -276,6 +301,7 @@ class Leaderboard:
     rewards: pd.DataFrame
     problems: pd.DataFrame
     flagged: pd.DataFrame  # the Results held for review, with rule and detail
+    harness_errors: pd.DataFrame  # rows of ours (harness_error), counted as failures and listed here
     changes: pd.DataFrame
     environment: pd.DataFrame  # of every Result read
     convention: str  # whose correctness the verdicts follow, over every Result read
@@ -287,8 +313,8 @@ class Leaderboard:
         frame, flagged = every[~held].reset_index(drop=True), every[held]
         best = best_of_k(frame)
         return cls(frame, best, level_summary(frame, best, flagged), fast_p_table(best), reward_distribution(frame),
-                   problem_table(best), flagged_table(flagged), changes(best), environment(every),
-                   convention_line(every))
+                   problem_table(best), flagged_table(flagged), harness_error_table(frame), changes(best),
+                   environment(every), convention_line(every))
 
 
 def markdown_table(table: pd.DataFrame) -> str:
@@ -313,7 +339,9 @@ NOTES = ("Per problem the best of its k samples counts. correct = passed (right 
          "'correct' over correctly solved problems, 'all' over every attempted problem with "
          "failures counted as 1x. pass@1 = mean over problems of the share of passing samples. "
          f"Results flagged {', '.join(REVIEW_RULES)} count in no number; they are listed under "
-         "'Flagged for review'.")
+         "'Flagged for review'. Every other row counts, the problem's failures (problem_error, "
+         "nondeterministic_reference) and ours (harness_error, listed under 'Harness errors'; "
+         "--resume evaluates them again) as failures.")
 
 
 def convention_line(frame: pd.DataFrame) -> str:
@@ -327,7 +355,8 @@ def convention_line(frame: pd.DataFrame) -> str:
 def to_markdown(board: Leaderboard) -> str:
     sections = [("Leaderboard", board.summary), ("fast_p by baseline", board.fast_p),
                 ("Reward distribution (candidates)", board.rewards),
-                ("Best of k per problem", board.problems), ("Flagged for review", board.flagged)]
+                ("Best of k per problem", board.problems), ("Flagged for review", board.flagged),
+                ("Harness errors", board.harness_errors)]
     if not board.changes.empty or board.frame["run"].nunique() > 1:
         sections.append(("Changes between runs", board.changes))
     sections.append(("Environment", board.environment))

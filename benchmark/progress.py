@@ -15,7 +15,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from pytest_cudaagent.result import Result
 
 STATUS_COLOURS = {"passed": "green", "incorrect": "red", "build_error": "magenta", "runtime_error": "red",
-                  "timeout": "yellow", "crashed": "red", "violation": "bright_red"}
+                  "timeout": "yellow", "crashed": "red", "violation": "bright_red",
+                  "nondeterministic_reference": "yellow", "problem_error": "yellow", "harness_error": "bright_magenta"}
 
 
 class ResultsTail:

@@ -111,7 +111,8 @@ def render_html(board: Leaderboard) -> str:
     parts += [f"<h2>{title}</h2><img alt='{title}' src='data:image/png;base64,{png}'>" for title, png in plots]
     parts += ["<h2>Reward distribution (candidates)</h2>", _table(board.rewards),
               "<h2>Best of k per problem</h2>", _table(board.problems),
-              "<h2>Flagged for review</h2>", _table(board.flagged)]
+              "<h2>Flagged for review</h2>", _table(board.flagged),
+              "<h2>Harness errors</h2>", _table(board.harness_errors)]
     if board.frame["run"].nunique() > 1:
         parts += ["<h2>Changes between runs</h2>", _table(board.changes)]
     parts += ["<h2>Environment</h2>", _table(board.environment), "</body></html>"]

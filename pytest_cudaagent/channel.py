@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import torch.multiprocessing as torch_mp
 
-from . import proc_tree, zygote
+from . import host_quiet, proc_tree, zygote
 from .lifetime import lead_session_and_reap_it
 from .replies import ForbiddenReply, load_reply
 from .sandbox import PROCESS_WATCH_EXIT
@@ -51,6 +51,9 @@ class Worker:
         self._log_dir = tempfile.TemporaryDirectory(prefix="cudaagent-")
         self.log_path = Path(self._log_dir.name) / "worker.log"
         spec = {**spec, "log_path": str(self.log_path), "env": env or {}}
+        # The process that starts workers does untimed work of the run too (comparisons, shared
+        # copies): off the timed processes' cores, its plan recorded before any worker starts.
+        host_quiet.untimed_worker(host_quiet.reserved_in(spec))
         context = torch_mp.get_context("spawn")
         self.conn, child_conn = context.Pipe()
         self.start_method = "spawn"

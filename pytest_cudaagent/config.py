@@ -61,6 +61,20 @@ BACKEND_HELP = ("backend settings the candidate and the baselines are timed unde
                 "own, as a user's eager run and KernelBench use) or strict-fp32 (TF32 off everywhere)")
 
 
+# What an evaluation does about device memory shared with other evaluations (README, "Device
+# memory under load"): admit by footprint and retry alone, or only retry alone.
+MEMORY_POLICIES = ("admit", "retry")
+MEMORY_POLICY_HELP = ("device memory shared with other evaluations: admit (start a pair only when free memory less what "
+                      "running pairs reserved covers its footprint) or retry (no admission); both retry an evaluation "
+                      "that ran out of memory while sharing with the device to itself")
+
+
+def default_memory_cap_gb() -> float:
+    from .host_memory import default_cap_gb
+
+    return default_cap_gb()
+
+
 # A precompiled torch/extension.h takes about as long as one cold C++ build (fast_build.py); past
 # this the candidate builds the plain way instead of waiting.
 PCH_BUILD_TIMEOUT_S = 600.0
@@ -107,8 +121,19 @@ class TimingConfig:
     # of this run; it waits this long for such work to end, then times beside it and warns
     # (`timed_beside_other_work`): a stuck trial must not hold every timing for its timeout.
     quiet_wait_s: float = 30.0
+    # Logical CPUs (rounded up to whole cores) kept for the process holding a device's timing
+    # lock; every other process of the run stays off them (host_quiet.py). A launch-bound call
+    # waited for a core in a full batch: an exact F.conv_transpose1d forward timed 0.14x of eager
+    # beside fifteen workers' builds and checks, 1.01x alone (H100). None: the machine's own
+    # (host_quiet.automatic_count: 2 from eight cores on, 1 from four, none below); 0: none.
+    reserved_cpus: int | None = None
     # Also report the profiler's kernel-duration sum (device time); it costs one extra pass.
     device_time: bool = True
+    # Detach CUPTI when that pass ends (Kineto's TEARDOWN_CUPTI=1, set in every worker): Kineto
+    # leaves it attached by default, and every later launch of the process, the timed calls that
+    # follow the pass included, pays for its callbacks (pytorch/pytorch#144455: 10-20% of a
+    # training step). KernelBench's timing runs no profiler. False: Kineto's default.
+    cupti_teardown: bool = True
     device_time_calls: int = 10
     device_time_warmup_ms: float = 20.0  # calls before the profiled ones, so clocks are up
     # timing_inconsistent (GPU): bare calls cannot finish before the kernels they launch are done,
@@ -241,7 +266,15 @@ class EvalConfig:
     # candidates written before any of them is evaluated: one written after reading another's
     # Result could know the trial inputs. "": every evaluation draws its own.
     reference_batch: str = ""
-    memory_cap_gb: float = 32.0  # host RSS of one child; the parent kills it beyond this
+    # Host RSS of one child; the parent kills it beyond this. Derived from the machine: half its
+    # memory (its RAM, or its cgroup's limit if lower), at most 32 GiB (host_memory.default_cap_gb):
+    # a fixed 32 GiB was more than the 24 GiB CI machine has.
+    memory_cap_gb: float = field(default_factory=default_memory_cap_gb)
+    # What an evaluation does about the device's memory that others share (memory_gate.py):
+    # "admit" starts a pair only when the free memory, less what running pairs reserved, covers
+    # its footprint (known from its problem's earlier runs), and retries one that still ran out of
+    # memory with the device to itself; "retry" only retries.
+    memory_policy: str = "admit"
     policy: str = "strict"  # anti-hacking policy preset: "strict" (the paper) or "permissive"
     backend: str = "pytorch-default"  # a BACKEND_PRESETS name: settings everything is timed under
     # Speedups above this are flagged for review and earn no top reward until confirmed.
@@ -259,6 +292,8 @@ class EvalConfig:
             raise ValueError(f"unknown convention {self.convention!r}; use one of {list(CONVENTIONS)}")
         if self.backend not in BACKEND_PRESETS:
             raise ValueError(f"unknown backend preset {self.backend!r}; use one of {list(BACKEND_PRESETS)}")
+        if self.memory_policy not in MEMORY_POLICIES:
+            raise ValueError(f"unknown memory policy {self.memory_policy!r}; use one of {list(MEMORY_POLICIES)}")
 
     def tolerances(self) -> dict[str, Tolerance]:
         return TOLERANCE_PRESETS[self.tolerance]

@@ -2,11 +2,16 @@
 mode they run, and how the reference's weights reach the candidate.
 
 - `kernelbench` (the default): KernelBench's own eval. Both models are used as constructed
-  (training mode unless a model switches itself), each built right after seeding the generator
-  with the same seed, so parameters created in the same order are equal and buffers a candidate
-  precomputes from them in `__init__` are right. Our one deliberate lenience: the reference's
-  entries whose name and shape match the candidate's are then copied over, so a candidate that
-  creates its parameters in another order still computes the same function.
+  (training mode unless a model switches itself), each built under `torch.no_grad()` right after
+  seeding the generator with the same seed, so parameters created in the same order are equal
+  and buffers a candidate precomputes from them in `__init__` are right. Our one deliberate
+  lenience, which may only fill what the candidate's construction left unlike the reference's,
+  never undo what its `__init__` computed: a candidate built that way that fails its first trial
+  is built again with the reference's entries whose name and shape match copied in, and judged
+  that way only if that is right (a candidate that creates its parameters in another order);
+  one that folded a constant into a parameter that keeps its name (`conv.weight.div_(d)`) is
+  right as built and keeps its own values. A single-file candidate's source is exec'd, as
+  KernelBench loads it (Triton, TileLang and CuTe sources are imported from their file, as there).
 - `cuda-agent`: the paper's workspace (`utils/verification.py`): both models in eval mode, the
   candidate loads the reference's `state_dict` strictly.
 """
@@ -23,10 +28,13 @@ class Convention:
     name: str
     eval_mode: bool  # both models switched to eval mode (inference semantics)
     strict_load: bool  # the candidate must load the reference's state_dict exactly
+    # A single-file candidate's source is exec'd as KernelBench's eval does (files.exec_file),
+    # not imported from its file: what reads a function's source (torch.jit.script) fails there.
+    exec_source: bool = False
 
 
 CONVENTIONS = {
-    "kernelbench": Convention("kernelbench", eval_mode=False, strict_load=False),
+    "kernelbench": Convention("kernelbench", eval_mode=False, strict_load=False, exec_source=True),
     "cuda-agent": Convention("cuda-agent", eval_mode=True, strict_load=True),
 }
 
@@ -38,13 +46,18 @@ def get_convention(name: str) -> Convention:
         raise ValueError(f"unknown convention {name!r}; use one of {list(CONVENTIONS)}") from None
 
 
-def load_reference_weights(model: torch.nn.Module, reference_state: dict, convention: Convention) -> dict:
-    """Bring the reference's weights into the candidate; returns what was copied.
+def load_reference_weights(model: torch.nn.Module, reference_state: dict, convention: Convention,
+                           copy: bool = False) -> dict:
+    """Bring the reference's weights into the candidate as the convention says; returns what was
+    copied (`Result.weights`).
 
-    kernelbench: only entries whose name and shape both match, never raising (a renamed
-    parameter or a buffer of another shape keeps the value it was constructed with, which the
-    shared seed already made equal). cuda-agent: every entry, strictly."""
+    kernelbench: nothing, unless `copy` (the second build, after the first failed its first
+    trial): then the entries whose name and shape both match, never raising (a renamed parameter
+    or a buffer of another shape keeps the value it was constructed with). `differing` counts
+    the matching entries whose values the same-seed construction made unlike the reference's:
+    none, and a copy would change nothing. cuda-agent: every entry, strictly."""
     own_state = model.state_dict()
+    counts = {"reference_entries": len(reference_state), "candidate_entries": len(own_state)}
     if convention.strict_load:
         missing = sorted(set(own_state) - set(reference_state))
         unexpected = sorted(set(reference_state) - set(own_state))
@@ -57,12 +70,20 @@ def load_reference_weights(model: torch.nn.Module, reference_state: dict, conven
                 f"different shapes: {wrong_shape}. Name ModelNew's parameters and buffers as Model's, "
                 "or evaluate with --convention kernelbench")
         model.load_state_dict(reference_state, strict=True)
-        copied = sorted(reference_state)
-    else:
-        copied = sorted(name for name, tensor in reference_state.items()
-                        if name in own_state and own_state[name].shape == tensor.shape)
-        model.load_state_dict({name: reference_state[name] for name in copied}, strict=False)
-    return {"copied": len(copied), "reference_entries": len(reference_state), "candidate_entries": len(own_state)}
+        return {"copied": len(reference_state), **counts}
+    matching = sorted(name for name, tensor in reference_state.items()
+                      if name in own_state and own_state[name].shape == tensor.shape)
+    differing = [name for name in matching if not _same_entry(own_state[name], reference_state[name])]
+    if copy:
+        model.load_state_dict({name: reference_state[name] for name in matching}, strict=False)
+    return {"copied": len(matching) if copy else 0, **counts, "differing": len(differing)}
+
+
+def _same_entry(own: torch.Tensor, reference: torch.Tensor) -> bool:
+    try:
+        return own.dtype == reference.dtype and bool(torch.equal(own.detach().cpu(), reference.detach().cpu()))
+    except RuntimeError:  # a tensor without plain values (meta, sparse): treat as unlike
+        return False
 
 
 def training_mode_hint(error: BaseException) -> str:

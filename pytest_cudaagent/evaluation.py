@@ -12,13 +12,15 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import multiprocessing
 import statistics
 import time
+import traceback
 from pathlib import Path
 
 import torch
 
-from . import outside_kill, outside_view, start_ahead
+from . import host_quiet, outside_kill, outside_view, start_ahead
 from . import tensor_trees as trees
 from .backend_settings import BackendSettings, diff
 from .baseline_cache import BaselineCache
@@ -30,7 +32,10 @@ from .config import EvalConfig
 from .envinfo import collect_env
 from .fast_build import pch_dir, start_pch
 from .files import BadFileError, Candidate, check_candidate, check_problem, file_hash
+from .footprints import Footprint, FootprintStore, Measures, estimate
 from .locks import device_lock, device_work
+from .memory_gate import Gate, Hold
+from .out_of_memory import asked_and_had, out_of_memory, verdict_error
 from .provenance import foreign_kernels
 from .reference_batch import KEEP_SET_BYTES, KeptReference, batch_key
 from .reference_batch import store as reference_store
@@ -52,27 +57,154 @@ class ProblemError(BadFileError):
     """The problem file itself fails to run: no candidate can be judged against it."""
 
 
+class DeviceUnavailable(BadFileError):
+    """The device asked for is not there: nobody's file is at fault."""
+
+
 def evaluate(problem: str | Path, candidate: str | Path, config: EvalConfig | None = None) -> Result:
+    """The pair's Result; BadFileError for a file that cannot be evaluated (ProblemError: the
+    problem's reference fails). An evaluation that ran out of memory while other evaluations
+    shared its device, or whose worker was killed from outside, is no verdict: it runs once more
+    with the device to itself (memory_gate.py, outside_kill.py), and `Result.env["retried"]` says
+    why. Only an out-of-memory error with the device to itself is the candidate's."""
     config = config or EvalConfig()
     problem_path, found, device = checked_pair(problem, candidate, config)
-    evaluation = Evaluation(problem_path, found, config, device)
-    result = evaluation.run()
-    if evaluation.killed_from_outside:  # says nothing of the candidate: once more (outside_kill.py)
-        first = result
-        result = Evaluation(problem_path, found, config, device).run()
-        result.warnings.append(Violation(outside_kill.RULE, outside_kill.first_outcome(first.status, first.error)))
-    return result
+    try:
+        gate = Gate(device)
+        with gate.shared(config.memory_policy, str(problem_path)) as hold:
+            first = _Attempt.run(problem_path, found, config, device, hold)
+        why = first.retry_reason()
+        if why is None:
+            return first.outcome()
+        with gate.alone(str(problem_path)) as hold:
+            second = _Attempt.run(problem_path, found, config, device, hold)
+        return second.outcome(retried=why, first=first)
+    finally:
+        # Workers that outlived their join's timeout on a loaded machine, reaped now rather than
+        # left as zombies of a process that may evaluate for days.
+        multiprocessing.active_children()
 
 
 def checked_pair(problem: str | Path, candidate: str | Path, config: EvalConfig) -> tuple[Path, Candidate, str]:
     """The problem, the candidate as found on disk, and the device they run on; BadFileError
-    for a file that cannot be evaluated or a GPU asked for that is not there."""
-    problem_path = check_problem(problem)
+    for a file that cannot be evaluated (ProblemError: the problem's), DeviceUnavailable for a
+    GPU asked for that is not there."""
+    try:
+        problem_path = check_problem(problem)
+    except ProblemError:
+        raise
+    except BadFileError as error:
+        raise ProblemError(str(error)) from None
     found = check_candidate(candidate)
     device = config.resolved_device()
     if device == "cuda" and not torch.cuda.is_available():
-        raise BadFileError("--device cuda asked for, but no CUDA GPU is visible; use --device cpu")
+        raise DeviceUnavailable("--device cuda asked for, but no CUDA GPU is visible; use --device cpu")
     return problem_path, found, device
+
+
+@dataclasses.dataclass
+class _Attempt:
+    """One evaluation of a pair at the gate: its Result, or the ProblemError it ended with."""
+
+    evaluation: Evaluation
+    hold: Hold
+    result: Result | None = None
+    problem_error: ProblemError | None = None
+
+    @classmethod
+    def run(cls, problem: Path, candidate: Candidate, config: EvalConfig, device: str, hold: Hold) -> _Attempt:
+        evaluation = Evaluation(problem, candidate, config, device)
+        evaluation.memory_hold = hold
+        try:
+            return cls(evaluation, hold, result=evaluation.run())
+        except ProblemError as error:
+            return cls(evaluation, hold, problem_error=error)
+
+    @property
+    def footprint(self) -> Footprint | None:
+        return self.evaluation.footprint
+
+    def status(self) -> str:
+        return self.result.status if self.result is not None else "problem_error"
+
+    def error(self) -> str:
+        return (self.result.error or "") if self.result is not None else str(self.problem_error)
+
+    def retry_reason(self) -> str | None:
+        """Why this attempt is no verdict, or None when it is one."""
+        evaluation = self.evaluation
+        if evaluation.out_of_memory is not None and not self.hold.alone:
+            others = self.hold.shared_with()
+            if others:
+                return (f"out of memory while {others} other evaluation(s) shared the device: "
+                        f"{evaluation.out_of_memory[:500]}")
+        if evaluation.killed_from_outside:
+            return "the candidate's process or a compiler of its build was killed from outside"
+        if evaluation.reference_killed_from_outside:
+            return "the reference's process was killed from outside"
+        return None
+
+    def outcome(self, retried: str | None = None, first: _Attempt | None = None) -> Result:
+        """The Result (ProblemError raised for the problem's failure); an out-of-memory error
+        here, with the device to itself or alone all along, is the candidate's or the problem's."""
+        oom = self.evaluation.out_of_memory
+        if self.problem_error is not None:
+            message = str(self.problem_error)
+            if oom is not None:
+                message += f" (out of memory with the device to itself, {asked_and_had(oom)})"
+            if retried:
+                message += f"; retried with the device to itself after: {retried}"
+            raise ProblemError(message) from None
+        result = self.result
+        if oom is not None and result.status in ("runtime_error", "crashed"):
+            result.status, result.error = "runtime_error", verdict_error(oom, result.error)
+        result.env["memory"] = self.hold_note()
+        if retried and first is not None:
+            result.env["retried"] = {"why": retried, "first": f"{first.status()}: {first.error()[-500:]}",
+                                     "waited_alone_s": round(self.hold.waited_s, 2)}
+            if first.evaluation.killed_from_outside:
+                result.warnings.append(Violation(outside_kill.RULE, outside_kill.first_outcome(
+                    first.status(), first.error())))
+        return result
+
+    def hold_note(self) -> dict:
+        """Result.env["memory"]: how the evaluation held its device's memory."""
+        footprint = self.footprint
+        return {"policy": self.evaluation.config.memory_policy, "gate": "alone" if self.hold.alone else "shared",
+                "admitted": self.hold.admitted, "waited_s": round(self.hold.waited_s, 2),
+                "footprint": footprint.as_gib() if footprint is not None else None}
+
+
+def evaluate_to_result(problem: str | Path, candidate: str | Path, config: EvalConfig | None = None) -> Result:
+    """`evaluate`, with every way it can end as a Result, so that every pair of a run leaves one
+    row: a file that is not a candidate (no ModelNew, a syntax error) is the candidate's
+    `build_error`; a problem whose reference fails is `problem_error`; an error of ours (or of
+    the machine: no GPU, no sandbox where one is required) is `harness_error`, which
+    `--resume` evaluates again."""
+    config = config or EvalConfig()
+    device = config.device if config.device != "auto" else "unknown"
+    try:
+        return evaluate(problem, candidate, config)
+    except ProblemError as error:
+        return unjudged_result(problem, candidate, "problem_error", str(error), device)
+    except (DeviceUnavailable, SandboxUnavailable) as error:
+        return unjudged_result(problem, candidate, "harness_error", str(error), device)
+    except BadFileError as error:
+        return unjudged_result(problem, candidate, "build_error", str(error), device)
+    except Exception as error:  # noqa: BLE001 - an error of ours is a row too, never a lost pair
+        logger.exception("internal error evaluating %s with %s", problem, candidate)
+        return unjudged_result(problem, candidate, "harness_error", f"internal error of the evaluator: "
+                               f"{type(error).__name__}: {error}", device, log=traceback.format_exc())
+
+
+def unjudged_result(problem: str | Path, candidate: str | Path, status: str, error: str, device: str,
+                    log: str = "") -> Result:
+    """The Result of a pair whose evaluation ended before a verdict on the candidate."""
+    result = Result(str(problem), str(candidate), status=status, error=error.strip()[-3000:], log=log[-4000:],
+                    device=device)
+    with contextlib.suppress(Exception):
+        result.env = collect_env(device)
+    return result
 
 
 class Evaluation:
@@ -102,10 +234,20 @@ class Evaluation:
         self._serving_pid = 0
         # The reference's reply to "prepare" (its own, or a batch's kept one), once received.
         self._prepared: dict | None = None
+        # What the candidate is built from: init inputs, the reference's state_dict, the seed.
+        self._construction: tuple = ()
         # A kept reference's CPU seconds before this evaluation (Result.profile["cpu.reference"]),
         # and how many evaluations of the batch have used it, this one included.
         self._reference_cpu_before = 0.0
         self._reference_evaluations = 1
+        # Its place at its device's memory gate (memory_gate.py), given by `evaluate`: told the
+        # pair's footprint once the reference has prepared, and when its correctness is checked.
+        self.memory_hold: Hold | None = None
+        self.footprint: Footprint | None = None
+        # The line of the out-of-memory error that ended the evaluation (either side), if one did.
+        self.out_of_memory: str | None = None
+        # The reference's process was ended by SIGKILL or SIGTERM, not by us (outside_kill.py).
+        self.reference_killed_from_outside = False
 
     # -- orchestration --------------------------------------------------------------------------
 
@@ -125,10 +267,12 @@ class Evaluation:
             if kept is None:
                 with self._profiled("parent.spawn_reference"):
                     reference_worker = self._spawn_reference()
+                self._admit(reference_worker)
                 # The reference computes while the candidate starts and builds.
                 reference_worker.send(("prepare", self._set_count()))
             else:
                 reference_worker = kept.worker
+                self._admit(None)
             if self.config.fast_build:
                 # Beside the candidate, not before it, and not waited for (fast_build.start_pch).
                 start_pch(self.candidate, self.config.cache_dir, self.device)
@@ -140,7 +284,9 @@ class Evaluation:
             reference = self._phase("reference", lambda: kept.prepared if kept is not None else reference_worker.receive(
                 self.config.run_timeout_s, label="prepare"), worker=reference_worker, problem_side=True)
             self._prepared = reference
+            self._note_footprint(reference)
             result.backend_settings = {"configured": reference["backend_settings"]}
+            self._note_stateful_reference(reference.get("stateful"))
             if self.config.timing:
                 self._ask_fresh_sets_ahead(reference_worker, reference)
             built = self._phase("build", lambda: candidate_worker.receive(self.config.build_timeout_s, label="build"))
@@ -158,11 +304,16 @@ class Evaluation:
                 # of the batch is sent these weights too.
                 init_inputs = shared_copies(init_inputs)
                 state_dict = dict(zip(state_dict, shared_copies(list(state_dict.values())), strict=True))
+            self._construction = (init_inputs, state_dict, reference["seed"])
             constructed = self._phase("construct", lambda: candidate_worker.request(
-                ("construct", init_inputs, state_dict, reference["seed"]), self.config.run_timeout_s))
+                ("construct", *self._construction), self.config.run_timeout_s))
             result.weights = constructed["weights"]
+            if "differing" in result.weights:  # kernelbench: built without a copy (_with_reference_weights)
+                result.weights["copy_needed"] = False
             trial_sets = reference["sets"][: self.config.trials]
             self._phase("correctness", lambda: self._check_trials(candidate_worker, reference_worker, trial_sets))
+            if self.memory_hold is not None:
+                self.memory_hold.settle()
             self._confirm_static(static)
             if self._ok_so_far() and self.config.timing:
                 warm_sets = reference["sets"][self.config.trials:]
@@ -230,6 +381,7 @@ class Evaluation:
         try:
             return action()
         except WorkerFailure as failure:
+            self.out_of_memory = out_of_memory(f"{failure.error_type}: {failure.message}")
             if problem_side:
                 raise ProblemError(f"{self.problem}: the reference failed in {failure}") from None
             if failure.error_type in ("SystemExit", "KeyboardInterrupt"):
@@ -245,8 +397,13 @@ class Evaluation:
                 raise ProblemError(f"{self.problem}: the reference timed out ({timeout})") from None
             self._fail("timeout", f"{name}: {timeout}")
         except WorkerDied as death:
+            # A worker that could not make its CUDA context (worker.open_gpu) or a cuBLAS handle
+            # exits with the error in its log, not in a reply.
+            died = worker if problem_side else self._workers.get("candidate")
+            self.out_of_memory = out_of_memory(str(death), died.log_tail() if died is not None else "")
             if problem_side:
                 log = worker.log_tail(1500) if worker else ""
+                self.reference_killed_from_outside = outside_kill.killed_from_outside("crashed", str(death))
                 raise ProblemError(f"{self.problem}: the reference process died ({death})\n{log}") from None
             self.killed_from_outside = outside_kill.killed_from_outside("crashed", str(death))
             self._fail("crashed", f"{name}: {death}")
@@ -307,13 +464,50 @@ class Evaluation:
         alive, and its sets are small enough to keep in memory."""
         if not self.config.reference_batch or reference_worker is None or self._prepared is None:
             return False
+        decided_by = (self.out_of_memory, self.reference_killed_from_outside)
         try:
             self._collect_fresh_sets(reference_worker)
         except (_Stop, BadFileError):
+            # The verdict stands: what ended this late request did not decide it.
+            self.out_of_memory, self.reference_killed_from_outside = decided_by
             return False
         if not reference_worker.process.is_alive():
             return False
         return sum(_set_bytes(content_set) for content_set in self._prepared["sets"]) <= KEEP_SET_BYTES
+
+    def _admit(self, reference_worker: Worker | None) -> None:
+        """Room for this pair's footprint (memory_gate.Hold.admit), waited for while the
+        candidate starts and builds, before the reference draws a set: the problem's measures
+        from its earlier runs, else one set sized by the reference on the meta device."""
+        hold = self.memory_hold
+        if hold is None:
+            return
+        try:
+            measures = FootprintStore(self.config.cache_dir).get(self.problem, self.device)
+        except OSError:
+            measures = None
+        if measures is None and hold.admits and reference_worker is not None:
+            sized = self._phase("reference", lambda: reference_worker.request(("sizes",), self.config.run_timeout_s),
+                                worker=reference_worker, problem_side=True, record=False)
+            if sized["input_bytes"] is not None:
+                measures = Measures(0, sized["input_bytes"], sized["output_bytes"])
+        self.footprint = estimate(measures, self.config, self.device) if measures is not None else None
+        with self._profiled("parent.admission"):
+            hold.admit(self.footprint)
+
+    def _note_footprint(self, reference: dict) -> None:
+        """The problem's measures, kept for the admission of its later pairs (footprints.py), and
+        this pair's footprint told to the gate now that it is known."""
+        sets = reference["sets"]
+        if not sets:
+            return
+        measures = Measures(int(reference.get("device_peak_bytes") or 0), trees.nbytes(sets[0]["inputs"]),
+                            sum(_nbytes(sets[0]["outputs"])))
+        with contextlib.suppress(OSError):
+            FootprintStore(self.config.cache_dir).put(self.problem, self.device, measures)
+        self.footprint = estimate(measures, self.config, self.device)
+        if self.memory_hold is not None:
+            self.memory_hold.reserve(self.footprint)
 
     def _keep_reference(self, worker: Worker) -> None:
         self.result.env.setdefault("reference_shared", self._reference_evaluations)
@@ -370,42 +564,84 @@ class Evaluation:
     def _check_trials(self, worker: Worker, reference_worker: Worker, trial_sets: list[dict]) -> None:
         """Each trial's set is given to the candidate twice from the second trial on: first
         unwatched (no operator audit), while whatever it kept holds the previous trial's answer,
-        then watched. Both calls are judged; the trial is the first that fails, else the watched."""
+        then watched. Both calls are judged; the trial is the first that fails, else the watched.
+        A reference that keeps state across calls was called on those sets twice as well, each
+        answer kept (worker._draw_sets): each call is compared with the reference's call at the
+        same position (`second`: the second call on a set)."""
         for index, trial_set in enumerate(trial_sets):
             unwatched, unwatched_outputs, unwatched_lent = (
                 self._checked_forward(worker, index, trial_set, watched=False) if index else (None, [], []))
-            trial, outputs, lent = self._checked_forward(worker, index, trial_set, watched=True)
-            judged_outputs = outputs
+            trial, outputs, lent = self._checked_forward(worker, index, trial_set, watched=True, second=bool(index))
+            if index == 0 and self._copy_may_help(trial):
+                trial, outputs, lent = self._with_reference_weights(worker, trial_set, (trial, outputs, lent))
+            judged_outputs, second = outputs, bool(index)
             if unwatched is not None and not unwatched.correct:
                 unwatched.error = f"called without the operator audit: {unwatched.error}"
-                trial, judged_outputs = unwatched, unwatched_outputs
+                trial, judged_outputs, second = unwatched, unwatched_outputs, False
             if not trial.correct and trial.error != OUTPUT_UNREADABLE \
-                    and not self._reference_repeats_itself(reference_worker, index, judged_outputs):
+                    and not self._reference_repeats_itself(reference_worker, index, judged_outputs, second):
                 self.result.nondeterministic_trials.append(index)
             self.result.trials.append(trial)
             self._lent.give_back(unwatched_lent + lent)  # judged: the next trial's outputs go there
         self._note_output_reuse(worker.request(("check_held",), self.config.run_timeout_s)["reused"])
         self.result.correct = all(trial.correct for trial in self.result.trials)
 
+    def _copy_may_help(self, trial: TrialResult) -> bool:
+        """kernelbench: the candidate as KernelBench builds it got its first trial wrong, and its
+        same-seed construction left entries of the reference's names and shapes unlike the
+        reference's (load_reference_weights' `differing`), which a copy would change."""
+        return not trial.correct and trial.error != OUTPUT_UNREADABLE and self.result.weights.get("differing", 0) > 0
+
+    def _with_reference_weights(self, worker: Worker, trial_set: dict, first: tuple) -> tuple:
+        """The candidate built again, the reference's entries whose name and shape match copied
+        in, and called on the first trial's set: kept if that is right (a candidate that creates
+        its parameters in another order), else the first build is, with its verdict (a copy
+        must never undo what the candidate's `__init__` computed: a constant folded into a
+        parameter that keeps its name is wrong only if it is wrong as built). Either build has
+        been called once when the other trials begin."""
+        timeout = self.config.run_timeout_s
+        constructed = worker.request(("construct", *self._construction, True), timeout)
+        retried = self._checked_forward(worker, 0, trial_set, watched=True)
+        copy_needed = retried[0].correct
+        worker.request(("keep_build", copy_needed), timeout)
+        if not copy_needed:
+            self._lent.give_back(retried[2])
+            return first
+        self._lent.give_back(first[2])
+        self.result.weights = {**constructed["weights"], "copy_needed": True}
+        return retried
+
+    def _note_stateful_reference(self, detail: str | None) -> None:
+        """A reference that keeps state across calls is named in the Result, and why its timed
+        calls' outputs are not compared (_time_candidate)."""
+        if not detail:
+            return
+        self.result.stateful_reference = True
+        self._add_warnings([Violation("stateful_reference", (
+            f"the reference keeps state across calls: {detail}. Each correctness call of the candidate was "
+            "compared with the reference's call at the same position; the timed calls' outputs are not compared "
+            "(their answers depend on every call before them, and the warm-up's count is the candidate's own)"))])
+
     def _checked_forward(self, worker: Worker, index: int, trial_set: dict,
-                         watched: bool) -> tuple[TrialResult, list, list]:
+                         watched: bool, second: bool = False) -> tuple[TrialResult, list, list]:
         """One call on a trial's set, every check of a correctness call applied to it; its
         judgement, the outputs it was made on, and the buffers lent for them (given back once the
-        outputs are no longer needed)."""
+        outputs are no longer needed). `second`: the second call on this set, judged against
+        the reference's second answer where it keeps state."""
+        expected = trial_set["outputs_again"] if second and "outputs_again" in trial_set else trial_set["outputs"]
         # A private copy: tensors cross the pipe in shared memory, so what the candidate writes
         # into its inputs would otherwise also change the pristine copy kept here. Made in
         # shared memory lent for the call, as are the buffers its outputs are copied into
         # (shared_tensors.py): nothing is copied again to cross, and each buffer is faulted in once.
         candidate_inputs = [self._lent.copy_of(value) for value in trial_set["inputs"]]
-        output_buffers = [self._lent.take(value) if type(value) is torch.Tensor else None
-                          for value in trial_set["outputs"]]
+        output_buffers = [self._lent.take(value) if type(value) is torch.Tensor else None for value in expected]
         # Storages, not tensors: nothing in the candidate's heap then looks like an output to
         # return (a search of it for a tensor of the output's shape found these).
         lent_storages = [None if buffer is None else buffer.untyped_storage() for buffer in output_buffers]
         # Untimed work on the device, held here on the worker's behalf (it cannot open the locks).
         with device_work(self.device):
-            reply = worker.request(("forward", candidate_inputs, _nbytes(trial_set["outputs"]), trial_set["seed"],
-                                    watched, lent_storages), self.config.run_timeout_s)
+            reply = worker.request(("forward", candidate_inputs, _nbytes(expected), trial_set["seed"], watched,
+                                    lent_storages), self.config.run_timeout_s)
         self._lent.give_back(candidate_inputs)  # the call is over
         self._add_violations(reply["violations"] + reply["findings"])
         self._note_precision(reply["precision"])
@@ -416,19 +652,20 @@ class Evaluation:
                 self._add_violations([Violation("input_mutation", f"forward changed input {position}")])
         outputs = reply["outputs"]
         with self._profiled("compare"):
-            trial = compare_outputs(index, trial_set["outputs"], outputs, self.config.tolerances())
+            trial = compare_outputs(index, expected, outputs, self.config.tolerances())
         if None in outputs:
             trial.correct, trial.error = False, OUTPUT_UNREADABLE
         return trial, outputs, output_buffers
 
-    def _reference_repeats_itself(self, reference_worker: Worker, index: int, candidate_outputs=None) -> bool:
+    def _reference_repeats_itself(self, reference_worker: Worker, index: int, candidate_outputs=None,
+                                  second: bool = False) -> bool:
         """Asked only when the candidate disagrees: does the reference agree with itself under
         the same seed? If not, the trial cannot judge anyone. And under the run's backend
         settings, those the candidate ran under? If not, the trial cannot judge a candidate whose
         answer is the reference's under those settings; one that matches neither is wrong."""
         self._collect_fresh_sets(reference_worker)  # replies come in request order
         reply = self._phase("reference", lambda: reference_worker.request(
-            ("repeats_itself", index), self.config.run_timeout_s), worker=reference_worker, problem_side=True,
+            ("repeats_itself", index, second), self.config.run_timeout_s), worker=reference_worker, problem_side=True,
             record=False)
         if reply["deterministic"]:
             return True
@@ -530,8 +767,9 @@ class Evaluation:
         if self._harness_threads is not None:
             self._add_violations([violation for violation in [outside_view.idle_threads_violation(
                 after, idle, self._harness_threads, timing.idle_watch_ms, timing.idle_thread_slack_ms)] if violation])
-        self._check_timed_outputs("timed", timed_sets, audit["timed_outputs"])
-        self._check_timed_outputs("audited", audited_sets, audit["audited_outputs"])
+        if not self.result.stateful_reference:  # answers that depend on the calls before (_note_stateful_reference)
+            self._check_timed_outputs("timed", timed_sets, audit["timed_outputs"])
+            self._check_timed_outputs("audited", audited_sets, audit["audited_outputs"])
         stats = TimingStats.from_samples(reply["samples_ms"], warm["device_ms"], warm["launch_overlapped"])
         self.result.timing["candidate"] = stats
         if self.device == "cuda":
@@ -548,11 +786,14 @@ class Evaluation:
         if timing.unaccounted_factor is None:
             return None
         count = max(2, min(calls, timing.loop_cost_calls))
-        sent = time.perf_counter_ns()
-        measured = self._phase("reference", lambda: reference_worker.request(
-            ("calibrate", overlap, staged, count), self.config.run_timeout_s),
-            worker=reference_worker, problem_side=True, record=False)
-        received = time.perf_counter_ns()
+        # On the reserved cores as the candidate's loop will be (host_quiet.py): on the untimed
+        # ones, beside the run's builds, the loop would cost more than it does for the candidate.
+        with host_quiet.timed_hold(self.device, pid=reference_worker.process.pid):
+            sent = time.perf_counter_ns()
+            measured = self._phase("reference", lambda: reference_worker.request(
+                ("calibrate", overlap, staged, count), self.config.run_timeout_s),
+                worker=reference_worker, problem_side=True, record=False)
+            received = time.perf_counter_ns()
         if "unmeasured" in measured:
             self._add_warnings([Violation(outside_view.UNACCOUNTED, f"not checked: {measured['unmeasured']}")])
             return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +128,33 @@ def import_file(path: str | Path, module_name: str) -> ModuleType:
     sys.path.insert(0, str(path.parent))
     try:
         spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
+
+
+# A source for a DSL whose kernel decorator reads the kernel's source from its file (Triton's
+# @jit, TileLang, CuTe): KernelBench loads these from a file (its triton/tilelang/cute backends).
+NEEDS_ITS_FILE = re.compile(r"^\s*(?:import|from)\s+(?:triton|tilelang|cutlass)\b", re.MULTILINE)
+
+
+def exec_file(path: str | Path, module_name: str) -> ModuleType:
+    """Run a .py file's source as KernelBench's eval runs a candidate (`exec` of the source
+    text), in a fresh module under `module_name`: its code has no file behind it, so whatever
+    reads a function's source fails as it fails there (`torch.jit.script` of a function it
+    defines: unguarded, the load fails; inside try/except, the except branch runs). A source
+    that NEEDS_ITS_FILE is imported from its file instead, as KernelBench does."""
+    path = Path(path)
+    source = path.read_text()
+    if NEEDS_ITS_FILE.search(source):
+        return import_file(path, module_name)
+    module = ModuleType(module_name)
+    sys.modules[module_name] = module
+    # Not a path: inspect and linecache find no source under this name (call sites still read it).
+    code = compile(source, f"<exec'd {path.name}>", "exec")
+    sys.path.insert(0, str(path.parent))
+    try:
+        exec(code, module.__dict__)
     finally:
         sys.path.remove(str(path.parent))
     return module

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from .host_quiet import timed_hold
+
 
 def device_key(device: str) -> str:
     """A name for the physical device, the same in every process whatever CUDA_VISIBLE_DEVICES
@@ -99,6 +101,8 @@ def device_lock(device: str, quiet_wait_s: float = 30.0, on_behalf_of: int | Non
     DeviceHold.quiet is then False). The one place the timing lock is acquired: the evaluating
     process takes it on a candidate's worker's behalf (`on_behalf_of`: that process's pid), since
     a candidate that could open the lock directory could hold every other timing of the machine.
+    The timed process (this one, or `on_behalf_of` and its descendants) is on the device's
+    reserved CPUs for the hold (host_quiet.timed_hold).
     With CUDAAGENT_LOCK_LOG set, each hold is logged as `device holder acquired_ns released_ns`
     (holder `pid-token`, or `pid-token>worker_pid` on a worker's behalf) so a run can show that
     timings never overlapped."""
@@ -112,7 +116,10 @@ def device_lock(device: str, quiet_wait_s: float = 30.0, on_behalf_of: int | Non
         held = _timing_here.__dict__.setdefault("devices", set())
         held.add(device)
         try:
-            yield DeviceHold(path, quiet)
+            # The timed process alone on its reserved cores (host_quiet.py): this one, or the
+            # worker it holds the lock for, with whatever that started.
+            with timed_hold(device, pid=on_behalf_of):
+                yield DeviceHold(path, quiet)
         finally:
             held.discard(device)
             if quiet:

@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 
 from . import zygote
-from .config import BACKEND_HELP, EvalConfig
+from .config import BACKEND_HELP, MEMORY_POLICY_HELP, EvalConfig
 from .files import BadFileError
 from .gpu_pinning import pin_xdist_worker_to_gpu
+from .host_quiet import record_host
 from .lifetime import die_with_parent_from_env
 from .pairing import Pair, pair_directory
 from .result import Result
-from .results_file import append_result, done_keys
+from .results_file import append_result, done_keys, record_missing
 from .sandbox import SandboxUnavailable, require_sandbox
 from .user_paths import TypedPaths
 
@@ -47,6 +48,7 @@ _OPTIONS = [
     ("--cudaagent-require-sandbox", "cudaagent_require_sandbox", False, "refuse to run (exit 2) unless candidates can be fully sandboxed here"),
     ("--cudaagent-reference-batch", "cudaagent_reference_batch", "", "an id: candidates of one pytest worker with it share each problem's reference (construction seed, weights, correctness inputs: drawn once; timed inputs stay fresh). Only for candidates all written before any is evaluated (cudaagent bench gives each run its own)"),
     ("--cudaagent-fast-build", "cudaagent_fast_build", False, "build candidates through a shared precompiled torch/extension.h, made once per compiler, torch and flags (pays over many candidates: README, Builds)"),
+    ("--cudaagent-memory-policy", "cudaagent_memory_policy", "admit", MEMORY_POLICY_HELP),
     ("--cudaagent-start-ahead", "cudaagent_start_ahead", False, "start a worker's next candidate (its sandbox and build) once its current one has built, while that one is checked and timed (README, Where an evaluation's time goes)"),
 ]
 _FLAGS = {"--cudaagent-resume", "--cudaagent-no-timing", "--cudaagent-require-sandbox", "--cudaagent-fast-build",
@@ -55,6 +57,8 @@ _PATHS = ("--cudaagent-problem", "--cudaagent-candidate", "--cudaagent-problems"
           "--cudaagent-results", "--cudaagent-config")
 RESULT_PROPERTY = "cudaagent_result"
 PATHS = pytest.StashKey[tuple[dict, TypedPaths]]()
+# The xdist controller's: the results file's size when the run began, and the pairs it runs.
+RUN_START = pytest.StashKey[tuple[int, list]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -107,6 +111,7 @@ def config_from_pytest(config: pytest.Config) -> EvalConfig:
         tolerance=_setting(config, "--cudaagent-tolerance"),
         convention=_setting(config, "--cudaagent-convention"),
         backend=_setting(config, "--cudaagent-backend"),
+        memory_policy=_setting(config, "--cudaagent-memory-policy"),
         require_sandbox=bool(_setting(config, "--cudaagent-require-sandbox")),
         fast_build=bool(_setting(config, "--cudaagent-fast-build")) or base.fast_build,
         reference_batch=str(_setting(config, "--cudaagent-reference-batch") or base.reference_batch),
@@ -114,6 +119,9 @@ def config_from_pytest(config: pytest.Config) -> EvalConfig:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The run's CPUs and GPUs, recorded by the controller before xdist pins each worker to one
+    # GPU and before any zygote starts (host_quiet.py: the cores kept for timed calls).
+    record_host()
     # Before anything in this worker starts CUDA: one GPU per xdist worker.
     pin_xdist_worker_to_gpu(os.environ.get("PYTEST_XDIST_WORKER"))
     config.stash[PATHS] = _absolute_paths(config)
@@ -126,6 +134,11 @@ def pytest_configure(config: pytest.Config) -> None:
     die_with_parent_from_env()
     config.addinivalue_line("markers", "cudaagent: a candidate kernel evaluated against its problem")
     asks_for_pairs = _setting(config, "--cudaagent-problem") or _setting(config, "--cudaagent-problems")
+    if asks_for_pairs:
+        try:  # a bad setting is the run's usage error, not a failure of every pair without a row
+            config_from_pytest(config)
+        except (ValueError, TypeError) as error:
+            raise pytest.UsageError(f"cudaagent: {error}") from None
     if asks_for_pairs and not is_xdist_controller(config):
         # The workers' zygote imports torch while this process starts and collects (zygote.py).
         zygote.prestart()
@@ -147,7 +160,21 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         state().clear_announced()
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The xdist controller notes where the results file ends and which pairs the run has, so
+    that a pair whose worker died before its row was written still gets one (sessionfinish)."""
+    config = session.config
+    results_path = _setting(config, "--cudaagent-results")
+    if results_path and is_xdist_controller(config):
+        pairs = _requested_pairs(config)
+        if _setting(config, "--cudaagent-resume"):
+            done = done_keys(results_path)[0]
+            pairs = [pair for pair in pairs if pair.key not in done]
+        size = Path(results_path).stat().st_size if Path(results_path).exists() else 0
+        config.stash[RUN_START] = (size, pairs)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     # The batch is over: references kept for its next candidates end now, not at exit, and so
     # does a worker started for a pair that did not run.
     from .reference_batch import close_kept
@@ -155,6 +182,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
     forget()
     close_kept()
+    started = session.config.stash.get(RUN_START, None)
+    if started is not None and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        size, pairs = started
+        record_missing(_setting(session.config, "--cudaagent-results"),
+                       [(pair.problem, pair.candidate) for pair in pairs], size,
+                       "the pytest worker evaluating it ended (see pytest's report of the crashed worker)",
+                       _setting(session.config, "--cudaagent-device"))
 
 
 def evaluate(problem, candidate, config: EvalConfig) -> Result:
@@ -164,9 +198,18 @@ def evaluate(problem, candidate, config: EvalConfig) -> Result:
     return evaluate_pair(problem, candidate, config)
 
 
+def evaluate_to_result(problem, candidate, config: EvalConfig) -> Result:
+    """`evaluate` with every ending as a Result: one row per pair (evaluation.evaluate_to_result)."""
+    from .evaluation import evaluate_to_result as evaluate_pair
+
+    return evaluate_pair(problem, candidate, config)
+
+
 def is_xdist_controller(config: pytest.Config) -> bool:
-    """The process that hands items to xdist workers (it evaluates nothing itself)."""
-    return not os.environ.get("PYTEST_XDIST_WORKER") and bool(getattr(config.option, "numprocesses", None))
+    """The process that hands items to xdist workers (it evaluates nothing itself). A worker has
+    `workerinput` from its start; PYTEST_XDIST_WORKER alone would also be set in a run started from
+    inside an xdist worker (its environment inherited), whose controller this then is."""
+    return not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", None))
 
 
 def _requested_pairs(config: pytest.Config) -> list[Pair]:
@@ -225,11 +268,12 @@ class CandidateItem(pytest.Item):
         self.add_marker("cudaagent")
 
     def runtest(self) -> None:
-        result = evaluate(self.pair.problem, self.pair.candidate, config_from_pytest(self.config))
-        self.user_properties.append((RESULT_PROPERTY, result.to_json()))
+        # Every pair leaves one row, whoever is at fault: the candidate, its problem, or us.
+        result = evaluate_to_result(self.pair.problem, self.pair.candidate, config_from_pytest(self.config))
         results_path = _setting(self.config, "--cudaagent-results")
         if results_path:
             append_result(results_path, result)
+        self.user_properties.append((RESULT_PROPERTY, result.to_json()))
         if not result.passed:
             raise CandidateFailed(result)
 
@@ -241,6 +285,8 @@ class CandidateItem(pytest.Item):
             lines += [f"  warning [{w.rule}] {w.detail}" for w in result.warnings]
             if result.status in ("build_error", "runtime_error", "crashed") and result.log:
                 lines += ["  --- candidate log (tail) ---", result.log[-1500:]]
+            if result.status == "harness_error" and result.log:
+                lines += ["  --- the evaluator's traceback ---", result.log[-3000:]]
             return "\n".join(lines)
         if isinstance(excinfo.value, BadFileError):
             return str(excinfo.value)

@@ -8,9 +8,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # nondeterministic_reference: the candidate disagreed on a trial where the reference disagrees
-# with itself under the same seed, so nobody can be judged on it.
+# with itself under the same seed, so nobody can be judged on it. Whose fault a status is: the
+# candidate's (incorrect to violation, build_error also for a file that is no candidate: no
+# ModelNew, a syntax error), the problem's (nondeterministic_reference; problem_error: its reference
+# failed, so no candidate can be judged against it), the harness's (harness_error: an error of
+# ours or of the machine, no verdict on anyone; evaluated again on resume).
 STATUSES = ("passed", "incorrect", "build_error", "runtime_error", "timeout", "crashed", "violation",
-            "nondeterministic_reference")
+            "nondeterministic_reference", "problem_error", "harness_error")
+CANDIDATE_STATUSES = ("incorrect", "build_error", "runtime_error", "timeout", "crashed", "violation")
+PROBLEM_STATUSES = ("nondeterministic_reference", "problem_error")
+HARNESS_STATUSES = ("harness_error",)
 
 
 @dataclass
@@ -84,9 +91,15 @@ class Result:
     device: str = "cpu"
     convention: str = "kernelbench"  # whose "correct" the verdict follows (config.CONVENTIONS)
     # The reference's weights brought into the candidate: {"copied", "reference_entries",
-    # "candidate_entries"} (conventions.load_reference_weights).
+    # "candidate_entries"}, and under kernelbench "differing" (entries of the reference's name
+    # and shape that the same-seed construction left unlike the reference's) and "copy_needed"
+    # (the candidate was right only with them copied in) (conventions.load_reference_weights).
     weights: dict[str, int] = field(default_factory=dict)
     nondeterministic_trials: list[int] = field(default_factory=list)  # trials the reference cannot repeat
+    # The reference keeps state across calls (a second call on the same inputs under the same
+    # seed answers otherwise: an RNN's self.hidden): the candidate's calls were compared with
+    # the reference's at the same positions, its timed outputs not at all (warning stateful_reference).
+    stateful_reference: bool = False
     # The candidate's timed calls as the evaluating process saw them from outside its worker
     # (outside_view.Account): wall_ms, samples_ms, unaccounted_ms, allowed_ms, new_threads_cpu_ms.
     timed_request: dict[str, float] = field(default_factory=dict)

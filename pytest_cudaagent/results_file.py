@@ -2,7 +2,9 @@
 batch loses nothing and can resume. Safe to append from several processes at once.
 
 A kill can still cut the last line short (SIGKILL during a write stops it between pages); readers
-skip such a line, say which it was (state_files), and resume evaluates that pair again."""
+skip such a line, say which it was (state_files), and resume evaluates that pair again. So it does
+a pair whose row is a `harness_error` (an error of ours says nothing of the pair); every other
+status is done."""
 
 from __future__ import annotations
 
@@ -40,7 +42,38 @@ def pair_key(problem: str | Path, candidate: str | Path) -> str:
     return f"{Path(problem).resolve()}::{Path(candidate).resolve()}"
 
 
+# The status of a row that says nothing of its pair: evaluated again on resume.
+REDONE_ON_RESUME = ("harness_error",)
+
+
 def done_keys(path: str | Path) -> tuple[set[str], str]:
-    """The pairs with a Result in the file, and `skipped_message()` for its unreadable lines."""
+    """The pairs whose last Result in the file is a verdict (any status but REDONE_ON_RESUME), and
+    `skipped_message()` for its unreadable lines."""
     results, lines = read_results_file(path)
-    return {pair_key(result.problem, result.candidate) for result in results}, lines.skipped_message()
+    last = {pair_key(result.problem, result.candidate): result.status for result in results}
+    return {key for key, status in last.items() if status not in REDONE_ON_RESUME}, lines.skipped_message()
+
+
+def record_missing(path: str | Path, pairs: list[tuple[Path, Path]], since_offset: int, reason: str,
+                   device: str) -> list[Result]:
+    """A `harness_error` row for each pair with no row in the file past `since_offset` (where the
+    run began): its evaluation gave none (the pytest worker running it died). Returns them."""
+    path = Path(path)
+    seen = set()
+    if path.exists():
+        with open(path, "rb") as handle:
+            handle.seek(since_offset)
+            for line in handle.read().decode(errors="replace").splitlines():
+                try:
+                    record = Result.from_json(line)
+                except (ValueError, TypeError, KeyError):
+                    continue
+                seen.add(pair_key(record.problem, record.candidate))
+    missing = []
+    for problem, candidate in pairs:
+        if pair_key(problem, candidate) not in seen:
+            result = Result(str(problem), str(candidate), status="harness_error", device=device,
+                            error=f"no Result came back from this pair's evaluation: {reason}; evaluated again on resume")
+            append_result(path, result)
+            missing.append(result)
+    return missing

@@ -17,7 +17,6 @@ import errno
 import glob
 import multiprocessing
 import os
-import select
 import shutil
 import signal
 import site
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import SANDBOX_READ_PATHS, SandboxLimits
+from .fd_wait import readable
 
 # Pieces `--require-sandbox` insists on. "process_limit" is a cgroup's pids.max or, for a user
 # other than root, RLIMIT_NPROC (the kernel never applies RLIMIT_NPROC to root); for root without
@@ -262,7 +262,7 @@ def confine(settings: dict, run, prepare=None) -> None:
     try:
         os.close(alive_write)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if select.select([alive_read], [], [], 0)[0]:  # it died before PDEATHSIG was armed
+        if readable(alive_read, 0):  # it died before PDEATHSIG was armed
             os._exit(1)
         os.close(alive_read)
         # As the evaluator's /proc names this process (the private /proc mounted next names it 1).
@@ -513,6 +513,7 @@ def require_sandbox(limits: SandboxLimits | None = None) -> dict:
         process.join(timeout=10)
         if process.is_alive():
             process.kill()
+            process.join(timeout=10)  # reaped, not left a zombie of the caller
         sandbox.close()
         shutil.rmtree(build_dir, ignore_errors=True)
     if missing(report):

@@ -21,7 +21,6 @@ import contextlib
 import multiprocessing
 import os
 import pickle
-import select
 import signal
 import socket
 import struct
@@ -31,6 +30,8 @@ import time
 import traceback
 from multiprocessing import reduction, util
 from multiprocessing.connection import Connection
+
+from .fd_wait import readable, ready
 
 # Imported once in the zygote: what every worker imports before its first request, and what the
 # candidate's worker imports before the candidate (the guards' references predate its code).
@@ -47,6 +48,7 @@ PRELOAD = ("numpy", "torch", "torch._dynamo", "triton", "triton.language",
            "pytest_cudaagent.static_scan", "pytest_cudaagent.rules")
 ENABLE_ENV = "CUDAAGENT_ZYGOTE"
 READY_TIMEOUT_S = 600.0  # the first fork waits for the imports (tens of seconds on a cold disk)
+EXIT_WAIT_S = 5.0  # a closed zygote's own exit, before it is killed
 _STATUS = struct.Struct("i")
 
 
@@ -131,7 +133,7 @@ class ZygoteProcess:
                 if self._status_fd is None:
                     return
                 left = 0.05 if deadline is None else min(0.05, max(0.0, deadline - time.monotonic()))
-                if select.select([self._status_fd], [], [], left)[0]:
+                if readable(self._status_fd, left):
                     data = os.read(self._status_fd, _STATUS.size)
                     # Nothing written: the zygote died first, and its children were SIGKILLed with it.
                     self.exitcode = _STATUS.unpack(data)[0] if len(data) == _STATUS.size else -signal.SIGKILL
@@ -252,8 +254,14 @@ class _Zygote:
         return self.control.recv()
 
     def close(self) -> None:
+        """Ends the zygote and reaps it: an exit slower than EXIT_WAIT_S (torch's teardown on a
+        loaded machine) is cut short by SIGKILL (it has no child by then: `_end_idle`), never left
+        a zombie of a process that may evaluate for days."""
         self.control.close()  # the zygote reads end-of-file and exits
-        self.process.join(timeout=5)
+        self.process.join(timeout=EXIT_WAIT_S)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=10)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -275,11 +283,11 @@ def _zygote_main(control: Connection, preload: tuple[str, ...]) -> None:
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes the select below
     statuses: dict[int, int] = {}  # child pid -> the write end of its exit-status pipe
     while True:
-        ready = select.select([control, wake_read], [], [])[0]
-        if wake_read in ready:
+        readable_now = ready([control.fileno(), wake_read])
+        if wake_read in readable_now:
             os.read(wake_read, 4096)
             _reap(statuses)
-        if control not in ready:
+        if control.fileno() not in readable_now:
             continue
         try:
             sys_path, cwd, payload = control.recv()

@@ -13,10 +13,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_cudaagent.channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
+from pytest_cudaagent.config import default_memory_cap_gb
 
 from .filter_worker import filter_main
 from .filters import FilterConfig, FilterOutcome
@@ -30,7 +31,7 @@ class PoolConfig:
     # A task takes seconds (a worker's first torch.compile imports inductor and Triton: ~20 s);
     # a hang holds its worker until this, so it is not much longer than the slowest honest task.
     task_timeout_s: float = 120.0
-    memory_cap_gb: float = 32.0
+    memory_cap_gb: float = field(default_factory=default_memory_cap_gb)  # derived from the machine (config.py)
     gpus: int = 1  # workers are spread over this many GPUs (CUDA_VISIBLE_DEVICES)
     stage_log: Path | None = None  # where workers log each stage start (stage_log.py)
 

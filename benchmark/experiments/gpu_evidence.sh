@@ -40,6 +40,28 @@ gpu_tests() {
   python3 -m pytest "$@" -m gpu -v -p no:cacheprovider -rfEs --durations=20 -n "${TEST_WORKERS:-6}" \
     -o faulthandler_timeout=300
 }
+# The identity run's files (#40): put back from IDENTITY_FROM on a fresh machine, copied to $OUT after each section
+# (results, KernelBench's rows, the selection: small; the candidates are made again by identity-make).
+identity_restore() {
+  local dir=${IDENTITY_DIR:-/tmp/identity}
+  if [ -n "${IDENTITY_FROM:-}" ] && [ -d "$IDENTITY_FROM" ] && [ ! -f "$dir/selection.json" ]; then
+    mkdir -p "$dir" && cp -r "$IDENTITY_FROM"/. "$dir"/
+  fi
+  # shellcheck disable=SC2086  # an empty IDENTITY_SUBSET adds no argument
+  [ -d "$dir/candidates" ] || python3 -m benchmark.experiments.identity_speed make --out "$dir" \
+    --kernelbench "${KERNELBENCH:-.kernelbench}" ${IDENTITY_SUBSET:+--subset "$IDENTITY_SUBSET"}
+}
+identity_keep() {
+  local dir=${IDENTITY_DIR:-/tmp/identity}
+  mkdir -p "$OUT/identity"
+  cp "$dir/selection.json" "$OUT/identity/" 2>/dev/null
+  cp "$dir/kernelbench.jsonl" "$OUT/identity/" 2>/dev/null
+  for mode in alone batched; do
+    if [ -f "$dir/$mode/results.jsonl" ]; then
+      mkdir -p "$OUT/identity/$mode" && cp "$dir/$mode/results.jsonl" "$dir/$mode/leaderboard.md" "$OUT/identity/$mode/" 2>/dev/null
+    fi
+  done
+}
 # Each section's whole output goes to $OUT/<section>.log; its last lines are printed.
 run_section() {
   local section=$1
@@ -70,6 +92,17 @@ run_section() {
     differential) if [ -f "${DIFF_PROGRESS_FROM:-}" ]; then cp "$DIFF_PROGRESS_FROM" "$OUT/differential_${RELEASE:-v0.1}.pairs.jsonl"; fi
                   python3 -m benchmark.experiments.kernelbench_differential --kernelbench "${KERNELBENCH:-.kernelbench}" \
                     --release "${RELEASE:-v0.1}" --jobs "${JOBS:-6}" --json "$OUT/differential_${RELEASE:-v0.1}.json" ;;
+    # #39 (folded constants, stateful references, self-tuned precision, scripting, scalar reads, and
+    # the sweep of what published solutions do in __init__ and forward): the gpu-marked compatibility
+    # tests, then KernelBench's eval beside ours on tests/compat and tests/compat/conventions (the
+    # default differential without the adversarial corpus); the summary counts the disagreements
+    # without a named row of the README's differences table (want 0). DIFF_PROGRESS_FROM as above.
+    issue39) gpu_tests tests/compat/test_compat.py tests/compat/test_real_code.py
+             if [ -f "${DIFF_PROGRESS_FROM:-}" ]; then cp "$DIFF_PROGRESS_FROM" "$OUT/differential_issue39.pairs.jsonl"; fi
+             python3 -m benchmark.experiments.kernelbench_differential --kernelbench "${KERNELBENCH:-.kernelbench}" \
+               --release "${RELEASE:-v0.1}" --jobs "${JOBS:-8}" --json "$OUT/differential_issue39.json" \
+               --pairs tests/compat/problems tests/compat/candidates \
+               --pairs tests/compat/conventions/problems tests/compat/conventions/candidates ;;
     # The compatibility suite through `cudaagent bench` under each convention (CONVENTIONS=... for one), leaderboards printed.
     # --resume: a results.jsonl an earlier call brought back (put in $OUT/compat-<convention>/) is continued.
     # The C++ (host-code) cases are CPU-only (tests/compat/README.md): given CUDA tensors they read
@@ -121,6 +154,37 @@ run_section() {
     timed-overhead-triton) python3 -m benchmark.experiments.timed_call_overhead --problem tests/data/problems/conv3x3_relu.py \
                              --candidate tests/gpu/candidates/conv3x3_relu_flags.py --policy permissive \
                              --json "$OUT/timed_call_overhead_triton.json" ;;
+    # #40: one launch-bound timed call step by step, ours against KernelBench's loop, before and after
+    # the device-time profile, with Kineto keeping CUPTI attached (TEARDOWN_CUPTI=0) and detaching it (1).
+    timed-steps) for forward in ${STEP_FORWARDS:-gemm_scale_bn conv_transpose1d elementwise_chain}; do
+                   python3 -m benchmark.experiments.timed_call_overhead --steps --forward "$forward" --calls 300 \
+                     --json "$OUT/timed_steps_$forward.json"
+                 done ;;
+    # #40: what keeping the host quiet costs the compilers and buys the timed call (alone, none, reserve, pause).
+    host-quiet-cost) python3 -m benchmark.experiments.host_quiet_cost --seconds "${QUIET_SECONDS:-20}" \
+                       --json "$OUT/host_quiet_cost.json" ;;
+    # #40 (and #38's verdicts under load): the identity set, each KernelBench problem's own Model as its candidate.
+    # IDENTITY_DIR keeps the run between calls of one warm machine; IDENTITY_FROM (a folder an earlier call
+    # brought back, carried) restores it on a fresh one. Each section copies what it made to $OUT/identity.
+    # IDENTITY_SUBSET=all (every problem: far over one session's device time, README "Identity candidates").
+    # IDENTITY_DEADLINE: seconds a phase may run (the bench is stopped by SIGTERM, keeping what ended; --resume continues).
+    # shellcheck disable=SC2086  # an empty IDENTITY_SUBSET adds no argument
+    identity-make) python3 -m benchmark.experiments.identity_speed make --out "${IDENTITY_DIR:-/tmp/identity}" \
+                     --kernelbench "${KERNELBENCH:-.kernelbench}" ${IDENTITY_SUBSET:+--subset "$IDENTITY_SUBSET"} ;;
+    identity-alone|identity-batched|identity-kernelbench)
+                   identity_restore
+                   timeout --signal=TERM --kill-after=30 "${IDENTITY_DEADLINE:-520}" \
+                     python3 -m benchmark.experiments.identity_speed "${section#identity-}" --out "${IDENTITY_DIR:-/tmp/identity}" \
+                       --kernelbench "${KERNELBENCH:-.kernelbench}" --deadline "$(( ${IDENTITY_DEADLINE:-520} - 40 ))"
+                   identity_keep ;;
+    identity-report) identity_restore
+                     python3 -m benchmark.experiments.identity_speed report --out "${IDENTITY_DIR:-/tmp/identity}" \
+                       --json "$OUT/identity_report.json" --plot "$OUT/identity_speedups.png"
+                     identity_keep ;;
+    # #40: launch-bound published-style cases, ours against KernelBench's own timing.
+    speed-fidelity-launch-bound) python3 -m benchmark.experiments.speed_fidelity --kernelbench "${KERNELBENCH:-.kernelbench}" \
+                                   --pairs benchmark/experiments/speed_fidelity_cases/launch_bound/pairs.json \
+                                   --policy calibration --json "$OUT/speed_fidelity_launch_bound.json" ;;
     sandbox-layers) python3 -m benchmark.experiments.sandbox_layers --json "$OUT/sandbox_layers.json" ;;
     sandbox-launches) python3 -m benchmark.experiments.sandbox_layers --launches --json "$OUT/sandbox_launches.json" ;;
     # Where a warm load_inline's seconds go (import torch, CUDA's start, the candidate's import).
@@ -199,9 +263,41 @@ run_section() {
                      tail -3 /tmp/throughput/sequential.log ;;
     throughput-report) python3 -m benchmark.experiments.harness_throughput --device cuda --work /tmp/throughput --phase report \
                          --json "$OUT/throughput.json" ;;
-    *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests gpu-tests-core gpu-tests-rest gpu-tests batch-timer timed-accounting differential compat-bench speed-fidelity" \
+    # Issue #38, device memory under load (benchmark/experiments/under_load.py). The pairs: the large
+    # cases, and with UNDER_LOAD_KERNELBENCH (a clone) the identity set too (or carry a prepared dir
+    # as UNDER_LOAD). Each run lives in $UNDER_LOAD_RUNS/<name> (kept while the machine is warm, so
+    # the report of a later call reads the runs of earlier ones) and is copied under $OUT; each bench
+    # is cut at UL_TIMEOUT_S (SIGTERM: what finished is kept). Run them in this order: the run alone
+    # measures the footprints the admit run then knows (one CUDAAGENT_CACHE for the call, above).
+    under-load-prepare) python3 -m benchmark.experiments.under_load prepare --out "${UNDER_LOAD:-/tmp/under-load}" \
+                          ${UNDER_LOAD_KERNELBENCH:+--kernelbench "$UNDER_LOAD_KERNELBENCH"} ;;
+    under-load-alone|under-load-admit|under-load-retry)
+      name=${section#under-load-}
+      candidates=candidates; workers=(); policy=admit
+      case $name in alone) candidates=one; workers=(--workers 1) ;; retry) policy=retry ;; esac
+      runs=${UNDER_LOAD_RUNS:-/tmp/under-load-runs}
+      SECONDS=0
+      timeout "${UL_TIMEOUT_S:-280}" cudaagent bench --problems "${UNDER_LOAD:-/tmp/under-load}/large/problems" \
+        --candidates "${UNDER_LOAD:-/tmp/under-load}/large/$candidates" --policy calibration --baselines eager \
+        "${workers[@]}" --memory-policy "$policy" --out "$runs/$name" --resume
+      echo "$SECONDS $?" > "$runs/$name/wall.txt"  # seconds, and the exit status (124: cut at UL_TIMEOUT_S)
+      # What the report reads (it runs here or, on the returned files, on any machine).
+      mkdir -p "$OUT/under-load-$name" && cp "$runs/$name"/{results.jsonl,pytest.log,leaderboard.md,wall.txt} \
+        "$runs/$name/.bench-run/pairs.json" "$OUT/under-load-$name/" ;;
+    # IDENTITY_RUNS: more LABEL=DIR for the report, e.g. #40's identity runs alone and at the default workers.
+    # shellcheck disable=SC2086  # one argument per LABEL=DIR
+    under-load-report) runs=${UNDER_LOAD_RUNS:-/tmp/under-load-runs}
+                       python3 -m benchmark.experiments.under_load report alone="$runs/alone" admit="$runs/admit" \
+                         retry="$runs/retry" --json "$OUT/under_load_large.json" --markdown
+                       if [ -n "${IDENTITY_RUNS:-}" ]; then
+                         python3 -m benchmark.experiments.under_load report $IDENTITY_RUNS \
+                           --json "$OUT/under_load_identity.json" --markdown
+                       fi ;;
+    *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests gpu-tests-core gpu-tests-rest gpu-tests batch-timer timed-accounting differential issue39 compat-bench speed-fidelity" \
             "l2 sandbox faults reward build-speed warm-load side-by-side baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
-            "throughput-harness throughput-sequential throughput-wait throughput-report"
+            "timed-steps host-quiet-cost identity-make identity-alone identity-batched identity-kernelbench identity-report speed-fidelity-launch-bound" \
+            "throughput-harness throughput-sequential throughput-wait throughput-report" \
+            "under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report"
        return 2 ;;
   esac
 }

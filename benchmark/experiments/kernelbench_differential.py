@@ -52,6 +52,26 @@ TRIALS = 5  # as our default, and as the published v0.1 runs
 RELEASES = {"v0.1": (1e-2, "default"), "main": (1e-4, "kernelbench-main")}
 KB_TIMEOUT_S = 900.0  # one KernelBench eval: a cold CUDA build plus 5 trials
 
+# Every disagreement must be a row of the README's table "Where we differ from KernelBench, and
+# why", named here by the first words of its first cell: a cheat we reject by a rule its eval
+# lacks, or a pair whose difference is known. A disagreement without a row is printed as such.
+CHEAT_ROW = "cheats it does not catch"
+CHEAT_RULES = frozenset({"fallback_op", "host_compute", "foreign_kernel", "no_custom_kernel", "timed_output",
+                         "timing_inconsistent", "background_thread", "output_type", "output_alias", "input_mutation",
+                         "lower_precision", "output_reused", "tampering"})
+KNOWN_DIFFERENCES = {
+    "embedding_lookup": "input tensors cast to the eval precision there",
+    "dropout_active": "seeding",
+    "two_layers": "parameters drawn in another order",
+    "candidates/correct_patches_comparison": "the candidate runs in the reference's process there",
+    "candidates/fallback_reference_model_search": "the candidate runs in the reference's process there",
+    "candidates/correct_predicted_seed": "inputs from fixed seed 42 there",
+    # Stale from its 7th call: our trials call it 9 times (each set twice from the second), KernelBench's 5.
+    "candidates/timing_call_counting": CHEAT_ROW,
+    # Its precision is chosen by timing itself on its first call: each harness's load decides.
+    "tuned_precision_sample_1": "a candidate whose answer depends on its own timing",
+}
+
 # (our outcome, KernelBench's outcome) -> category; every pair of outcomes lands in one.
 BOTH_CORRECT = "both correct"
 BOTH_INCORRECT = "both incorrect (or error)"
@@ -81,6 +101,16 @@ class PairVerdict:
     @property
     def category(self) -> str:
         return category(self.ours, self.kb)
+
+    @property
+    def difference(self) -> str | None:
+        """The README row that explains a disagreement (None where they agree, "unnamed" where
+        no row does)."""
+        if self.category in (BOTH_CORRECT, BOTH_INCORRECT):
+            return None
+        if self.ours == "violation" and self.kb == "correct" and self.our_rule in CHEAT_RULES:
+            return CHEAT_ROW
+        return KNOWN_DIFFERENCES.get(self.name, "unnamed")
 
 
 def our_outcome(status: str) -> str:
@@ -134,9 +164,17 @@ def agreement(verdicts: list[PairVerdict]) -> float | None:
     return (counts[BOTH_CORRECT] + counts[BOTH_INCORRECT]) / len(verdicts)
 
 
+def unnamed(verdicts: list[PairVerdict]) -> list[str]:
+    """Disagreements no row of the README's differences table explains."""
+    return [verdict.name for verdict in verdicts if verdict.difference == "unnamed"]
+
+
 def summary_table(verdicts: list[PairVerdict], release: str) -> Table:
     share = agreement(verdicts)
     caption = f"agreement on correctness: {share:.1%} of {len(verdicts)}" if share is not None else "no pairs"
+    if share is not None:
+        missing = unnamed(verdicts)
+        caption += f"; disagreements without a named row: {len(missing)}" + (f" ({', '.join(missing)})" if missing else "")
     table = Table(title=f"cudaagent (convention kernelbench) vs KernelBench {release}", caption=caption)
     table.add_column("outcome")
     table.add_column("pairs", justify="right")
@@ -147,18 +185,21 @@ def summary_table(verdicts: list[PairVerdict], release: str) -> Table:
 
 def pairs_table(verdicts: list[PairVerdict]) -> Table:
     table = Table(title="per pair")
-    for column in ("pair", "ours", "our status / rule", "KernelBench", "outcome", "detail"):
+    for column in ("pair", "ours", "our status / rule", "KernelBench", "outcome", "README row", "detail"):
         table.add_column(column, overflow="fold")
     for verdict in verdicts:
         status = verdict.our_status + (f" / {verdict.our_rule}" if verdict.our_rule else "")
         detail = verdict.our_detail if verdict.ours != "correct" else verdict.kb_detail
-        table.add_row(verdict.name, verdict.ours, status, verdict.kb, verdict.category, detail[:160])
+        table.add_row(verdict.name, verdict.ours, status, verdict.kb, verdict.category, verdict.difference or "",
+                      detail[:160])
     return table
 
 
 def report(verdicts: list[PairVerdict], settings: dict) -> dict:
     return {"settings": settings, "counts": tally(verdicts), "agreement": agreement(verdicts),
-            "pairs": [{**asdict(verdict), "category": verdict.category} for verdict in verdicts]}
+            "unnamed": unnamed(verdicts),
+            "pairs": [{**asdict(verdict), "category": verdict.category, "difference": verdict.difference}
+                      for verdict in verdicts]}
 
 
 # -- KernelBench's side -------------------------------------------------------------------------

@@ -64,8 +64,8 @@ def time_with_kernelbench(checkout: Path, problem: Path, candidate: Path, timeou
             "kernelbench_speedup": found["ref_runtime_ms"] / found["runtime_ms"]}
 
 
-def time_with_ours(problem: Path, candidate: Path, backend: str) -> dict:
-    result = evaluate(problem, candidate, EvalConfig(device="cuda", policy="permissive", baselines=("eager",),
+def time_with_ours(problem: Path, candidate: Path, backend: str, policy: str = "permissive") -> dict:
+    result = evaluate(problem, candidate, EvalConfig(device="cuda", policy=policy, baselines=("eager",),
                                                      backend=backend))
     if not result.passed:
         return {"error": f"ours: {result.summary()}"}
@@ -76,11 +76,12 @@ def time_with_ours(problem: Path, candidate: Path, backend: str) -> dict:
             "unstable_baseline": "; ".join(unstable)}
 
 
-def compare(pairs: list[tuple[Path, Path]], checkout: Path, backend: str, timeout_s: float) -> pd.DataFrame:
+def compare(pairs: list[tuple[Path, Path]], checkout: Path, backend: str, timeout_s: float,
+            policy: str = "permissive") -> pd.DataFrame:
     rows = []
     for problem, candidate in pairs:
         row = {"problem": problem.name, "candidate": str(candidate)}
-        row.update(time_with_ours(problem, candidate, backend))
+        row.update(time_with_ours(problem, candidate, backend, policy))
         row.update(time_with_kernelbench(checkout, problem, candidate, timeout_s) if "error" not in row else {})
         if "ours_speedup" in row and "kernelbench_speedup" in row:
             row["ratio"] = row["ours_speedup"] / row["kernelbench_speedup"]
@@ -117,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pair", nargs=2, action="append", metavar=("PROBLEM", "CANDIDATE"))
     parser.add_argument("--pairs", help='JSON file: [["problem.py", "candidate.py"], ...]')
     parser.add_argument("--backend", choices=BACKEND_PRESETS, default="pytorch-default")
+    parser.add_argument("--policy", choices=("permissive", "calibration"), default="permissive",
+                        help="ours: permissive (KernelBench's rules); calibration also passes a candidate that runs "
+                             "no kernel of its own (an exact eager forward, the identity set)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for one KernelBench eval")
     parser.add_argument("--json", help="write the rows and the summary to this file")
     args = parser.parse_args(argv)
@@ -136,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if not pairs or missing:
         print(f"speed_fidelity: give --pair PROBLEM CANDIDATE or --pairs FILE; missing: {missing}", file=sys.stderr)
         return 2
-    frame = compare(pairs, checkout, args.backend, args.timeout)
+    frame = compare(pairs, checkout, args.backend, args.timeout, args.policy)
     columns = [c for c in ("problem", "candidate", "ours_speedup", "kernelbench_speedup", "ratio", "outside_band",
                            "ours_eager_ms", "kernelbench_eager_ms", "settings_changed", "unstable_baseline", "error")
                if c in frame]

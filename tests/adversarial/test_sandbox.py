@@ -35,12 +35,22 @@ def full_sandbox():
 
 
 def evaluation_processes() -> set[int]:
-    """This process's descendants, less multiprocessing's resource tracker (one per process) and
-    the worker zygotes (one per environment, kept for the next evaluation; whatever a candidate
-    leaves running would be below one of them, and is counted)."""
+    """This process's running descendants, less multiprocessing's resource tracker (one per
+    process) and the worker zygotes (one per environment, kept for the next evaluation; whatever a
+    candidate leaves running would be below one of them, and is counted). A zombie has ended (its
+    parent reaps it: tests/evaluator/test_reaping.py checks that none stays), and a process gone
+    since the listing is gone: on a loaded machine both are seen."""
     zygotes = set(zygote.running_pids())
-    return {p.pid for p in psutil.Process().children(recursive=True)
-            if "resource_tracker" not in " ".join(p.cmdline()) and p.pid not in zygotes}
+    running = set()
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if process.pid in zygotes or process.status() == psutil.STATUS_ZOMBIE \
+                    or "resource_tracker" in " ".join(process.cmdline()):
+                continue
+        except psutil.NoSuchProcess:  # ZombieProcess too
+            continue
+        running.add(process.pid)
+    return running
 
 
 def attack(name: str, target, monkeypatch, **overrides):
@@ -130,8 +140,15 @@ def test_socket_to_the_hosts_loopback_is_refused(monkeypatch):
             listener.accept()  # nobody connected
 
 
+# The forks' RSS, summed over the tree, counts the pages each shares with its parent (64 copies of
+# a worker with torch imported, ~12 GiB): past the host-memory cap derived from a 24 GiB machine.
+# What these tests are about is the process limit, so the cap is set above that sum.
+FORK_BOMB_MEMORY_CAP_GB = 32.0
+
+
 def test_fork_bomb_stops_at_the_process_limit(monkeypatch):
-    result = attack("fork_bomb", 200, monkeypatch, sandbox_limits=SandboxLimits(processes=64))
+    result = attack("fork_bomb", 200, monkeypatch, sandbox_limits=SandboxLimits(processes=64),
+                    memory_cap_gb=FORK_BOMB_MEMORY_CAP_GB)
     assert result.status == "build_error" and "Resource temporarily unavailable" in result.error
 
 
@@ -145,7 +162,8 @@ def without_cgroup(monkeypatch):
 @pytest.mark.skipif(os.geteuid() != 0, reason="the process watch stands in for a cgroup only for root")
 def test_as_root_without_a_cgroup_the_process_watch_stops_a_fork_bomb(monkeypatch):
     without_cgroup(monkeypatch)
-    result = attack("fork_bomb", 200, monkeypatch, sandbox_limits=SandboxLimits(processes=64))
+    result = attack("fork_bomb", 200, monkeypatch, sandbox_limits=SandboxLimits(processes=64),
+                    memory_cap_gb=FORK_BOMB_MEMORY_CAP_GB)
     assert result.status == "crashed", result.summary()
     assert "more processes than its limit" in result.error
     assert "over its limit of 64" in result.log
@@ -218,20 +236,29 @@ def test_tampered_baseline_is_detected_and_remeasured(tmp_path):
     assert cache.get(key) is None and "no integrity tag" in cache.rejected[-1]
 
 
+def timed_beside_other_work(result) -> bool:
+    """A baseline timed while other untimed work of ours held the device past the quiet wait
+    (another test's evaluation on a loaded machine): measured, not cached (evaluation.py)."""
+    return any(warning.rule == "timed_beside_other_work" for warning in result.warnings)
+
+
 def test_tampered_baseline_is_reported_in_the_result(tmp_path):
     config = cpu_config(policy="permissive", trials=1, timing=True, baselines=("eager",), cache_dir=tmp_path,
                         run_timeout_s=600)
-    assert evaluate(PROBLEM, ATTACKS / "honest_torch.py", config).passed  # measures and caches the baseline
+    first = evaluate(PROBLEM, ATTACKS / "honest_torch.py", config)  # measures and caches the baseline
+    assert first.passed, first.summary()
     cache = BaselineCache(tmp_path)
-    entries = sorted(cache.root.glob("*.json"))
-    assert entries
-    for entry in entries:  # rewritten by someone without the key: 99 ms, no tag
-        entry.write_text(json.dumps({"timing": {"median_ms": 99.0, "iqr_ms": 0.0, "samples": 10}}))
+    key = cache.key(PROBLEM, "cpu", "eager", config.timing_config, config.convention,
+                    first.backend_settings["candidate"])
+    assert (cache.get(key) is not None) != timed_beside_other_work(first)
+    # Rewritten by someone without the key (99 ms, no tag), or written so if the first was not cached.
+    cache.path(key).write_text(json.dumps({"timing": {"median_ms": 99.0, "iqr_ms": 0.0, "samples": 10}}))
     result = evaluate(PROBLEM, ATTACKS / "honest_torch.py", config)
     assert result.passed, result.summary()
     assert any(w.rule == "baseline_cache" and "no integrity tag" in w.detail for w in result.warnings)
     assert result.timing["eager"].median_ms != 99.0
-    assert all(cache.get(entry.stem) is not None for entry in entries)  # measured again, stored with a tag
+    # Measured again, and stored with a tag unless timed beside other work.
+    assert (cache.get(key) is not None) != timed_beside_other_work(result)
 
 
 def _refuse(*args, **kwargs):

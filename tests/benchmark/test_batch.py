@@ -2,6 +2,7 @@
 results file, and a real run under pytest-xdist that is then resumed."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -9,8 +10,15 @@ import pytest
 from benchmark.batch import BatchSettings, default_workers, pytest_command
 from benchmark.progress import ResultsTail
 from pytest_cudaagent.results_file import append_json_line, read_results
+from tests.helpers import CPU_CANDIDATES, TEST_PROBLEMS
 
-from .bench_helpers import fake_result, make_kernelbench_tree, run_cli, write_candidate
+from .bench_helpers import (
+    fake_result,
+    make_kernelbench_tree,
+    run_cli,
+    write_candidate,
+    write_results,
+)
 
 
 def test_default_workers_leave_builds_room_beside_each_gpu_timing():
@@ -257,3 +265,60 @@ def test_the_processes_that_only_dispatch_never_import_torch():
             "assert issubclass(ProblemError, Exception)\n")
     finished = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert finished.returncode == 0, finished.stderr
+
+
+def test_the_memory_policy_reaches_pytest(tmp_path):
+    for policy in ("admit", "retry"):
+        command = pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, BatchSettings(device="cpu", memory_policy=policy),
+                                 "cpu", 1)
+        assert f"--cudaagent-memory-policy {policy}" in " ".join(command)
+
+
+def test_resume_redoes_a_harness_error_and_nothing_else(tmp_path, monkeypatch):
+    """An error of ours says nothing of its pair: resume evaluates it again; every other status,
+    the problem's and the candidate's failures too, is done."""
+    from rich.console import Console
+
+    from benchmark import batch
+    from pytest_cudaagent.pairing import Pair
+
+    pairs = [Pair(tmp_path / f"{name}.py", tmp_path / f"{name}_c.py") for name in ("a", "b", "c", "d")]
+    path = write_results(tmp_path / "results.jsonl", [
+        fake_result(str(pair.problem), str(pair.candidate), status=status)
+        for pair, status in zip(pairs, ("passed", "harness_error", "problem_error", "build_error"), strict=True)])
+    planned = []
+
+    def plan_and_stop(manifest, todo):
+        planned.extend(todo)
+        raise StopIteration  # before pytest would start
+
+    monkeypatch.setattr(batch, "write_manifest", plan_and_stop)
+    with pytest.raises(StopIteration):
+        batch.run_batch(pairs, path, BatchSettings(device="cpu"), resume=True, console=Console(quiet=True))
+    assert planned == [pairs[1]]
+
+
+@pytest.mark.slow
+def test_a_pair_whose_pytest_worker_died_gets_a_harness_error_row(tmp_path, monkeypatch):
+    from rich.console import Console
+
+    from benchmark import batch
+    from pytest_cudaagent.pairing import Pair
+
+    problem = tmp_path / "problems" / "small_leaky_relu.py"
+    problem.parent.mkdir()
+    shutil.copy(TEST_PROBLEMS / "small_leaky_relu.py", problem)
+    candidates = [tmp_path / "candidates" / f"small_leaky_relu_sample_{sample}.py" for sample in (0, 1)]
+    candidates[0].parent.mkdir()
+    for candidate in candidates:
+        shutil.copy(CPU_CANDIDATES / "leaky_relu.py", candidate)
+    command = batch.pytest_command
+    monkeypatch.setattr(batch, "pytest_command",
+                        lambda *args: [*command(*args), "-p", "tests.benchmark.dying_worker"])
+    settings = BatchSettings(device="cpu", workers=2, timing=False, trials=1, policy="permissive")
+    outcome = batch.run_batch([Pair(problem, candidate, sample) for sample, candidate in enumerate(candidates)],
+                              tmp_path / "out" / "results.jsonl", settings, console=Console(quiet=True))
+    assert outcome.pytest_exit == 1 and outcome.missing == 0
+    statuses = {Path(result.candidate).name: result.status for result in read_results(tmp_path / "out" / "results.jsonl")}
+    assert statuses == {"small_leaky_relu_sample_0.py": "passed", "small_leaky_relu_sample_1.py": "harness_error"}
+    assert [Path(result.candidate).name for result in outcome.unreported] == ["small_leaky_relu_sample_1.py"]

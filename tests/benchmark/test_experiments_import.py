@@ -24,7 +24,8 @@ def test_experiment_imports(name):
     assert module.__name__.endswith(name)
 
 
-@pytest.mark.parametrize("name", ["fault_injection", "build_speed", "sandbox_overhead", "reward_latency", "warm_load"])
+@pytest.mark.parametrize("name", ["fault_injection", "build_speed", "sandbox_overhead", "reward_latency", "warm_load",
+                                  "identity_speed", "host_quiet_cost", "timed_call_overhead"])
 def test_experiment_answers_help(name):
     done = subprocess.run([sys.executable, "-m", f"benchmark.experiments.{name}", "--help"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)

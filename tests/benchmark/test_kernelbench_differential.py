@@ -209,3 +209,31 @@ def test_a_cut_short_run_resumes_from_its_progress_file(tmp_path):
     assert found[[v.name for v in found].index("c")] == FAKE[2]
     assert differential.judged_before(tmp_path / "absent.jsonl", {"a"}) == []
     assert differential.judged_before(None, {"a"}) == []
+
+
+def readme_difference_rows() -> list[str]:
+    """The first cells of the README's table "Where we differ from KernelBench, and why"."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text.split("## Where we differ from KernelBench, and why", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split(" | ")[0].removeprefix("| ") for line in section.splitlines()
+            if line.startswith("| ") and " | " in line]
+    return [row for row in rows if row not in ("difference", "outcome") and not row.startswith("---")]
+
+
+def test_every_named_difference_is_a_row_of_the_readme_table():
+    rows = readme_difference_rows()
+    for named in {differential.CHEAT_ROW, *differential.KNOWN_DIFFERENCES.values()}:
+        assert any(row.startswith(named) for row in rows), named
+
+
+def test_each_disagreement_is_named_by_its_row_or_said_to_have_none():
+    assert verdict("a", "passed", "correct").difference is None
+    assert verdict("c", "incorrect", "error").difference is None
+    assert verdict("h", "violation", "correct", rule="timed_output").difference == differential.CHEAT_ROW
+    assert verdict("two_layers", "passed", "incorrect").difference == "parameters drawn in another order"
+    assert verdict("g", "incorrect", "correct").difference == "unnamed"
+    assert differential.unnamed(FAKE) == ["e", "f", "g", "i"]  # h is a cheat caught by a rule; j agrees
+    summary = render(differential.summary_table([verdict("g", "incorrect", "correct")], "v0.1"))
+    assert "disagreements without a named row: 1 (g)" in summary
+    data = differential.report([verdict("two_layers", "passed", "incorrect")], {})
+    assert data["unnamed"] == [] and data["pairs"][0]["difference"] == "parameters drawn in another order"

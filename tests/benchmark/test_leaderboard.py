@@ -218,3 +218,31 @@ def test_a_row_timed_beside_other_work_is_left_for_review(tmp_path):
     assert {k: _row(board.summary, level="level1")[k] for k in HEADLINE} == \
         {k: _row(clean.summary, level="level1")[k] for k in HEADLINE}
     assert list(board.flagged["rule"]) == ["timed_beside_other_work"]
+
+
+def test_every_row_counts_in_the_denominators_and_the_harness_errors_are_listed_apart(tmp_path):
+    """The problem's failures and ours count as failures of their problem, as the candidates'
+    own do: a leaderboard that dropped them would overstate every percentage (issue #38)."""
+    path = write_results(tmp_path / "run" / "results.jsonl", [
+        fake_result(P1, _cand("level_1_problem_1_sample_0_kernel.py"), candidate_ms=1.0, eager_ms=2.0, compile_ms=1.5),
+        fake_result(P2, _cand("level_1_problem_2_sample_0_kernel.py"), status="problem_error"),
+        fake_result("/kb/KernelBench/level1/3_C.py", _cand("level_1_problem_3_sample_0_kernel.py"),
+                    status="harness_error"),
+        fake_result("/kb/KernelBench/level1/4_D.py", _cand("level_1_problem_4_sample_0_kernel.py"),
+                    status="build_error"),
+    ])
+    board = Leaderboard.from_files([path])
+    level1 = _row(board.summary, run="run", level="level1")
+    assert level1["problems"] == 4 and level1["candidates"] == 4
+    assert level1["correct (fast_0) %"] == 25.0 and level1["pass@1 %"] == 25.0
+    assert level1["fast_1 vs eager %"] == 25.0
+    assert level1["geomean vs eager (all, failures=1x)"] == round(2.0 ** 0.25, 3)
+    assert level1["problem errors"] == 1 and level1["harness errors"] == 1
+    assert list(board.harness_errors["problem"]) == ["3_C.py"]
+    markdown = to_markdown(board)
+    assert "## Harness errors" in markdown and "level_1_problem_3_sample_0_kernel.py" in markdown
+    # A pair evaluated again (--resume redoes a harness error) counts once, as its last row.
+    write_results(path, [fake_result("/kb/KernelBench/level1/3_C.py", _cand("level_1_problem_3_sample_0_kernel.py"),
+                                     candidate_ms=1.0, eager_ms=1.0, compile_ms=1.0)])
+    redone = _row(Leaderboard.from_files([path]).summary, run="run", level="level1")
+    assert redone["candidates"] == 4 and redone["correct (fast_0) %"] == 50.0 and redone["harness errors"] == 0

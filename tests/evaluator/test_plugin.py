@@ -136,3 +136,93 @@ def test_a_candidate_run_without_test_paths_leaves_the_folders_tests_out(pyteste
     pytester.runpytest_subprocess(*pair, *FAST).assert_outcomes(failed=1, deselected=1)
     # Paths named on the command line are collected as usual, next to the candidate.
     pytester.runpytest_subprocess("test_unrelated.py", *pair, *FAST).assert_outcomes(failed=2)
+
+
+# Injects an error of ours into the evaluating process for one pair (the select() error of #38).
+INTERNAL_ERROR_CONFTEST = '''
+import pytest_cudaagent.evaluation as evaluation
+
+_run = evaluation.Evaluation.run
+
+
+def run(self):
+    if self.candidate.path.name.endswith("_sample_2.py"):
+        raise ValueError("filedescriptor out of range in select() (injected)")
+    return _run(self)
+
+
+evaluation.Evaluation.run = run
+'''
+
+
+def _rows(results) -> dict[str, list[dict]]:
+    rows: dict[str, list[dict]] = {}
+    for line in results.read_text().splitlines():
+        row = json.loads(line)
+        rows.setdefault(row["candidate"].rsplit("/", 1)[-1], []).append(row)
+    return rows
+
+
+@pytest.mark.slow
+def test_every_pair_leaves_one_row_whoever_is_at_fault_and_resume_redoes_only_ours(pytester):
+    """A candidate that does not parse (the candidate's), a reference that fails (the
+    problem's), an error of ours: one row each, the leaderboard's denominators count them, and
+    --cudaagent-resume evaluates only our error again."""
+    problems, candidates = pytester.mkdir("problems"), pytester.mkdir("candidates")
+    shutil.copy(SMALL_LEAKY, problems / "small_leaky_relu.py")
+    shutil.copy(TEST_PROBLEMS / "broken_reference.py", problems / "broken_reference.py")
+    shutil.copy(CPU_CANDIDATES / "leaky_relu.py", candidates / "small_leaky_relu.py")
+    shutil.copy(TEST_CANDIDATES / "syntax_error.py", candidates / "small_leaky_relu_sample_1.py")
+    shutil.copy(CPU_CANDIDATES / "leaky_relu.py", candidates / "small_leaky_relu_sample_2.py")
+    shutil.copy(TEST_CANDIDATES / "raises.py", candidates / "broken_reference.py")
+    conftest = pytester.makeconftest(INTERNAL_ERROR_CONFTEST)
+    results = pytester.path / "results.jsonl"
+    args = ["--cudaagent-problems", str(problems), "--cudaagent-candidates", str(candidates),
+            "--cudaagent-results", str(results), "--cudaagent-policy", "permissive", *FAST]
+    outcome = pytester.runpytest_subprocess(*args)
+    outcome.assert_outcomes(passed=1, failed=3)
+    rows = _rows(results)
+    assert {name: [row["status"] for row in found] for name, found in rows.items()} == {
+        "small_leaky_relu.py": ["passed"], "small_leaky_relu_sample_1.py": ["build_error"],
+        "small_leaky_relu_sample_2.py": ["harness_error"], "broken_reference.py": ["problem_error"]}
+    assert "syntax error on line" in rows["small_leaky_relu_sample_1.py"][0]["error"]
+    assert "this reference is broken on purpose" in rows["broken_reference.py"][0]["error"]
+    harness = rows["small_leaky_relu_sample_2.py"][0]
+    assert "internal error of the evaluator: ValueError: filedescriptor out of range" in harness["error"]
+    assert "Traceback" in harness["log"]
+    outcome.stdout.fnmatch_lines(["*HARNESS_ERROR*", "*the evaluator's traceback*"])
+    conftest.unlink()  # our error fixed: the resume evaluates that pair again, and only it
+    resumed = pytester.runpytest_subprocess(*args, "--cudaagent-resume")
+    resumed.assert_outcomes(passed=1)
+    assert [row["status"] for row in _rows(results)["small_leaky_relu_sample_2.py"]] == ["harness_error", "passed"]
+
+
+# The pytest worker running one pair dies in the middle of it, as a crashed xdist worker does.
+DYING_WORKER_CONFTEST = '''
+import os
+
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    pair = getattr(item, "pair", None)
+    if pair is not None and pair.candidate.name.endswith("_sample_1.py"):
+        os._exit(3)
+'''
+
+
+@pytest.mark.slow
+def test_a_pair_whose_pytest_worker_died_gets_a_row_of_ours(pytester, pair_dirs):
+    problems, candidates = pair_dirs
+    pytester.makeconftest(DYING_WORKER_CONFTEST)
+    results = pytester.path / "results.jsonl"
+    outcome = pytester.runpytest_subprocess(
+        "--cudaagent-problems", str(problems), "--cudaagent-candidates", str(candidates),
+        "--cudaagent-results", str(results), "-n", "2", *FAST)
+    outcome.assert_outcomes(passed=1, failed=1)
+    rows = _rows(results)
+    assert [row["status"] for row in rows["small_leaky_relu.py"]] == ["passed"]
+    died = rows["small_leaky_relu_sample_1.py"]
+    assert [row["status"] for row in died] == ["harness_error"]
+    assert "the pytest worker evaluating it ended" in died[0]["error"]

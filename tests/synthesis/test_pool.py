@@ -15,11 +15,13 @@ from .test_filters import HONEST, task
 
 
 def test_pool_survives_crashing_and_hanging_tasks(cpu_filters, tmp_path):
-    threads = os.cpu_count() or 1  # the one worker gets every core
+    threads = os.cpu_count() or 1  # the one worker gets every core; a timed call, no more threads than
+    # the cores reserved for it while it holds the timing lock (host_quiet.py)
     settings_checked = task(
-        "import torch._inductor.config as inductor_config\n"
+        "import os, torch._inductor.config as inductor_config\n"
         "        assert inductor_config.compile_threads == 1, inductor_config.compile_threads\n"
-        f"        assert torch.get_num_threads() == {threads}, torch.get_num_threads()\n"
+        f"        usable = ({threads}, min({threads}, len(os.sched_getaffinity(0))))\n"
+        "        assert torch.get_num_threads() in usable, (torch.get_num_threads(), usable)\n"
         "        return torch.tanh(x * self.w).cumsum(dim=-1)")
     tasks = [
         Task("crash", task("import os; os._exit(3)"), "file"),

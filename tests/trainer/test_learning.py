@@ -43,13 +43,13 @@ def test_ppo_raises_reward_from_chance_to_near_one(tmp_path, make_runtime):
 def test_rft_raises_reward_from_chance_to_near_one(tmp_path, make_runtime):
     set_seed(0)
     model, tokenizer = build_tiny_model_and_tokenizer()
-    config = RFTConfig(rounds=8, tasks_per_round=32, epochs=4, lr=1e-2, minibatch_size=8, micro_batch_size=8)
+    config = RFTConfig(rounds=12, tasks_per_round=32, epochs=4, lr=1e-2, minibatch_size=8, micro_batch_size=8)
     runtime = make_runtime(tmp_path, tokenizer, TargetTokenEnvironment())
     RFTTrainer(config, runtime, model).train(0, save=None)
     rewards = _curve(tmp_path, "reward_mean")
     print("RFT reward curve:", rewards)
     assert rewards[0] < 0.5, rewards
-    assert max(rewards[-2:]) > 0.9, rewards
+    assert max(rewards[-3:]) > 0.9, rewards
     kept = [record["kept"] for record in read_metrics(tmp_path / "metrics.jsonl")]
     assert kept == [round(r * 32) for r in rewards]  # exactly the rewarded episodes are kept
 

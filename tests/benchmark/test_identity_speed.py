@@ -1,0 +1,95 @@
+"""The identity-speed benchmark's plumbing (benchmark/experiments/identity_speed.py): which pairs it
+makes, the bench commands it runs (separate caches, the calibration policy), and the arithmetic of
+its report. The speeds themselves are measured on the GPU, never asserted here."""
+
+import json
+from pathlib import Path
+
+from benchmark.experiments import identity_speed
+from benchmark.experiments.identity_speed import (
+    BAND,
+    bench_command,
+    bench_speedups,
+    cpu_table,
+    distribution,
+    kernelbench_speedups,
+    main,
+    summarise,
+)
+
+from .bench_helpers import fake_result, make_kernelbench_tree, write_results
+
+
+def test_the_distribution_reads_median_percentiles_and_the_share_in_band():
+    speedups = [0.5, *([1.0] * 18), 2.0]
+    stats = distribution(speedups, BAND)
+    assert stats["n"] == 20 and stats["median"] == 1.0
+    assert stats["p5"] == 1.0 and stats["p95"] == 1.0  # one outlier at each end of twenty
+    assert stats["within_band"] == 0.9
+    assert abs(stats["geomean"] - 1.0) < 1e-9
+    assert distribution([], BAND) == {"n": 0}
+
+
+def test_make_writes_the_subset_and_the_selection(tmp_path):
+    tree = make_kernelbench_tree(tmp_path / "kb")
+    subset = tmp_path / "subset.json"
+    subset.write_text(json.dumps({"made_with": "test", "pairs": [["1", 2, 0.1], ["2", 1, 0.1]]}))
+    assert main(["make", "--kernelbench", str(tree), "--out", str(tmp_path / "run"), "--subset", str(subset)]) == 0
+    names = sorted(path.name for path in (tmp_path / "run" / "candidates").iterdir())
+    assert names == ["level_1_problem_2_sample_0_kernel.py", "level_2_problem_1_sample_0_kernel.py"]
+    selection = json.loads((tmp_path / "run" / "selection.json").read_text())
+    assert [(row["level"], row["problem_id"]) for row in selection] == [("1", 2), ("2", 1)]
+    assert "class ModelNew" in Path(selection[0]["candidate"]).read_text()
+
+
+def test_the_committed_subsets_name_pairs_of_each_level():
+    pairs = json.loads(identity_speed.SUBSET.read_text())["pairs"]
+    assert {level for level, _, _ in pairs} == {"1", "2", "3"}
+    assert all(mib is not None and mib <= 256 for _, _, mib in pairs)
+    small = json.loads(identity_speed.SUBSET.with_name("identity_subset_small.json").read_text())["pairs"]
+    assert len(small) == 30 and all(pair in pairs for pair in small)
+
+
+def test_alone_and_batched_run_bench_with_caches_of_their_own(tmp_path):
+    args = identity_speed.argparse.Namespace(out=str(tmp_path), kernelbench="kb", level="1,2,3", device="cuda",
+                                             workers=None)
+    alone, alone_env = bench_command(args, "alone")
+    batched, batched_env = bench_command(args, "batched")
+    assert alone[alone.index("--workers") + 1] == "1" and "--workers" not in batched
+    for command in (alone, batched):
+        assert command[command.index("--policy") + 1] == "calibration"
+        assert command[command.index("--baselines") + 1] == "eager" and "--resume" in command
+    # Batched eager times are measured in the batch, not read from the alone run's cache.
+    assert alone_env["CUDAAGENT_CACHE"] != batched_env["CUDAAGENT_CACHE"]
+
+
+def test_the_report_puts_the_three_timings_side_by_side_per_level(tmp_path):
+    problem = str(tmp_path / "KernelBench" / "level1" / "1_A.py")
+    other = str(tmp_path / "KernelBench" / "level2" / "1_B.py")
+    results = write_results(tmp_path / "results.jsonl", [
+        fake_result(problem, "level_1_problem_1_sample_0_kernel.py", candidate_ms=1.0, eager_ms=1.01, compile_ms=None),
+        fake_result(other, "level_2_problem_1_sample_0_kernel.py", candidate_ms=1.0, eager_ms=0.5, compile_ms=None),
+        fake_result(other, "level_2_problem_2_sample_0_kernel.py", status="incorrect")])
+    rows = bench_speedups(results)
+    assert [row["level"] for row in rows] == ["1", "2", "2"]
+    assert rows[2]["speedup"] is None
+    kernelbench = tmp_path / "kernelbench.jsonl"
+    kernelbench.write_text(json.dumps({"level": "1", "candidate": "c1", "kernelbench_speedup": 1.0,
+                                       "kernelbench_ms": 0.1, "kernelbench_eager_ms": 0.1}) + "\n"
+                           + json.dumps({"level": "2", "candidate": "c2", "error": "rejected"}) + "\n")
+    summary = summarise({"alone": rows, "kernelbench": kernelbench_speedups(kernelbench)}, BAND)
+    assert summary["1"]["alone"]["median"] == 1.01 and summary["1"]["alone"]["within_band"] == 1.0
+    assert summary["2"]["alone"]["pairs"] == 2 and summary["2"]["alone"]["not_passed"] == 1
+    assert summary["2"]["alone"]["within_band"] == 0.0  # 0.5x
+    assert summary["2"]["kernelbench"]["not_passed"] == 1 and summary["2"]["kernelbench"]["n"] == 0
+    assert summary["all"]["alone"]["n"] == 2
+
+
+def test_the_cpu_table_takes_the_median_of_the_repeats():
+    row = {"level": "custom", "status": "passed", "candidate_ms": 1.0, "eager_ms": 1.0, "unstable": False}
+    runs = [[{**row, "candidate": "data__small.py", "speedup": speedup}] for speedup in (0.5, 1.02, 1.05)]
+    table = cpu_table(runs, {"data__small": "data"})
+    [problem] = table["problems"]
+    assert problem["problem"] == "small" and problem["from"] == "data"
+    assert problem["median"] == 1.02 and problem["within"]
+    assert table["within"] == 1 and table["timed"] == 1

@@ -1,0 +1,74 @@
+"""What the workers do around their timed calls (#40): their seeding (worker._seed_all) leaves the
+generators as torch.manual_seed leaves them, so a candidate drawing random numbers matches the
+reference, without the traceback torch.manual_seed formats for every lazily seeded backend
+(0.4-0.6 ms before every timed call of the candidate); and they have Kineto detach CUPTI after
+the device-time profile."""
+
+import dataclasses
+import random
+import traceback
+from pathlib import Path
+
+import pytest
+import torch
+
+from pytest_cudaagent import evaluate
+from pytest_cudaagent.worker import _seed_all
+from tests.helpers import QUICK_TIMING, TEST_PROBLEMS, cpu_config
+
+
+def _states():
+    return random.getstate(), torch.get_rng_state(), torch.randn(4), random.random()
+
+
+def test_the_generators_end_as_torch_manual_seed_leaves_them():
+    for seed in (0, 7, 2**62 + 3):
+        _seed_all(seed)
+        ours = _states()
+        random.seed(seed)
+        torch.manual_seed(seed)
+        theirs = _states()
+        assert ours[0] == theirs[0] and torch.equal(ours[1], theirs[1]) and torch.equal(ours[2], theirs[2])
+        assert ours[3] == theirs[3]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU machine CUDA may be seeded lazily, by torch's way")
+def test_seeding_formats_no_traceback(monkeypatch):
+    formatted = []
+    real = traceback.format_stack
+    monkeypatch.setattr(traceback, "format_stack", lambda *a, **k: formatted.append(1) or real(*a, **k))
+    _seed_all(11)
+    assert formatted == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_every_started_cuda_device_is_seeded_as_torch_manual_seed_seeds_it():
+    torch.ones(1, device="cuda")  # CUDA started, as in a GPU worker
+    _seed_all(5)
+    ours = [torch.cuda.get_rng_state(i) for i in range(torch.cuda.device_count())], torch.randn(4, device="cuda")
+    torch.manual_seed(5)
+    theirs = [torch.cuda.get_rng_state(i) for i in range(torch.cuda.device_count())], torch.randn(4, device="cuda")
+    assert all(torch.equal(a, b) for a, b in zip(ours[0], theirs[0], strict=True))
+    assert torch.equal(ours[1], theirs[1])
+
+
+def test_workers_have_kineto_detach_cupti_after_the_profile_unless_told_not_to():
+    """After the device-time profile CUPTI stays attached by default, and every later launch of
+    the process (the timed calls') pays for it: the workers set TEARDOWN_CUPTI=1."""
+    probe = Path(__file__).parent / "timing_candidates" / "needs_cupti_teardown.py"
+    result = evaluate(TEST_PROBLEMS / "small_leaky_relu.py", probe, cpu_config(policy="permissive"))
+    assert result.passed, result.summary()
+    untold = dataclasses.replace(QUICK_TIMING, cupti_teardown=False)
+    result = evaluate(TEST_PROBLEMS / "small_leaky_relu.py", probe, cpu_config(policy="permissive", timing_config=untold))
+    assert result.status == "runtime_error" and "CUPTI" in result.error, result.summary()
+
+
+def test_timed_calls_run_without_python_hooks_or_the_audit():
+    """No profile or trace function and no dispatch or function mode during a timed call: the probe
+    sleeps under any of them, as it does in every watched call."""
+    probe = Path(__file__).parent / "timing_candidates" / "slow_when_hooked.py"
+    result = evaluate(TEST_PROBLEMS / "small_leaky_relu.py", probe, cpu_config(policy="permissive", timing=True))
+    assert result.passed, result.summary()
+    assert result.timing["candidate"].median_ms < 25, result.timing["candidate"]
+    assert result.phase_seconds["correctness"] >= 0.05 * 5  # the watched trials did sleep: the probe sees the audit
