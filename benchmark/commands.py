@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -23,6 +25,7 @@ from pytest_cudaagent.user_paths import command_paths
 from .batch import (
     PYTEST_RAN,
     BatchError,
+    BatchInterrupted,
     BatchSettings,
     batch_device,
     gpu_count,
@@ -106,7 +109,20 @@ def _handle(handler):
             Console(stderr=True).print(f"[red]cudaagent {getattr(args, 'command', '')}:[/] {paths.shown(str(error))}",
                                        highlight=False, soft_wrap=True)
             return EXIT_USAGE
+        except BatchInterrupted as stop:
+            Console(stderr=True).print(interrupted_summary(stop, paths.shown), highlight=False, soft_wrap=True)
+            return stop.signal_exit
     return run
+
+
+def interrupted_summary(stop: BatchInterrupted, shown, argv: list[str] | None = None) -> str:
+    """One line for a run ended by Ctrl-C or SIGTERM: what is done, what is left, where the
+    results are, and the command that goes on (the same one with --resume)."""
+    words = [word for word in (sys.argv[1:] if argv is None else argv) if word != "--overwrite"]
+    if "--resume" not in words:
+        words.append("--resume")
+    return (f"interrupted: {stop.done} of {stop.todo} pair(s) done, {stop.todo - stop.done} left; results in "
+            f"{shown(str(stop.results_path))}; go on with: {shlex.join(['cudaagent', *words])}")
 
 
 # -- bench -----------------------------------------------------------------------------------
