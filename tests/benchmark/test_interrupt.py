@@ -115,3 +115,35 @@ def test_interrupted_summary_names_the_resume_command_without_overwrite():
     assert line == ("interrupted: 4 of 10 pair(s) done, 6 left; results in /x/out/results.jsonl; "
                     "go on with: cudaagent bench --out 'out dir' --resume")
     assert interrupted_summary(stop, str, ["bench", "--resume"]).endswith("cudaagent bench --resume")
+
+
+LOOPS_FOREVER = """import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        while True:
+            pass
+"""
+
+
+@pytest.mark.slow
+def test_bench_timeout_flag_ends_a_looping_candidate_after_the_given_seconds(tmp_path):
+    (tmp_path / "problems").mkdir()
+    (tmp_path / "candidates").mkdir()
+    (tmp_path / "problems" / "p0.py").write_text(PROBLEM.format(factor=1.0))
+    (tmp_path / "candidates" / "p0.py").write_text(LOOPS_FOREVER)
+    run = subprocess.run([sys.executable, "-m", "pytest_cudaagent.cli", "bench", "--problems", "problems",
+                          "--candidates", "candidates", "--device", "cpu", "--no-timing", "--policy", "permissive",
+                          "--workers", "1", "--out", "out", "--timeout", "5"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    rows = _rows(tmp_path / "out" / "results.jsonl")
+    assert [row["status"] for row in rows] == ["timeout"], run.stdout + run.stderr
+    assert "5 s" in rows[0]["error"]
+
+
+def test_bench_rejects_a_timeout_that_is_not_positive(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "pytest_cudaagent.cli", "bench", "--device", "cpu", "--out", "out",
+                          "--build-timeout", "0"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 2 and "--build-timeout must be a positive number of seconds" in run.stderr
+    assert not (tmp_path / "out" / "results.jsonl").exists()
