@@ -27,6 +27,7 @@ from pytest_cudaagent.lifetime import PARENT_PID_ENV
 from pytest_cudaagent.pairing import Pair
 from pytest_cudaagent.result import Result
 from pytest_cudaagent.results_file import done_keys, pair_key, record_missing
+from pytest_cudaagent.terminal import console as console_for_output
 
 from .pairs_plugin import write_manifest
 from .progress import ResultsTail, follow
@@ -188,7 +189,7 @@ def pytest_command(manifest: Path, results_path: Path, run_dir: Path, settings: 
 def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettings, *,
               resume: bool = False, console: Console | None = None) -> BatchOutcome:
     results_path = Path(results_path).resolve()
-    console = console or Console()
+    console = console or console_for_output()
     if results_path.exists() and results_path.stat().st_size and not resume:
         raise BatchError(f"{results_path} already holds results: pass --resume to continue that run, "
                          "--overwrite to start again, or another --out")

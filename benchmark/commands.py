@@ -20,6 +20,7 @@ from pytest_cudaagent.config import BASELINE_MODES, EvalConfig, resolve_device
 from pytest_cudaagent.files import BadFileError
 from pytest_cudaagent.lifetime import stop_on_sigterm
 from pytest_cudaagent.sandbox import SandboxUnavailable, require_sandbox
+from pytest_cudaagent.terminal import console as console_for_output
 from pytest_cudaagent.user_paths import command_paths
 
 from .batch import (
@@ -106,11 +107,11 @@ def _handle(handler):
         try:
             return handler(args)
         except (UsageError, BadFileError, BatchError, SandboxUnavailable) as error:
-            Console(stderr=True).print(f"[red]cudaagent {getattr(args, 'command', '')}:[/] {paths.shown(str(error))}",
+            console_for_output(stderr=True).print(f"[red]cudaagent {getattr(args, 'command', '')}:[/] {paths.shown(str(error))}",
                                        highlight=False, soft_wrap=True)
             return EXIT_USAGE
         except BatchInterrupted as stop:
-            Console(stderr=True).print(interrupted_summary(stop, paths.shown), highlight=False, soft_wrap=True)
+            console_for_output(stderr=True).print(interrupted_summary(stop, paths.shown), highlight=False, soft_wrap=True)
             return stop.signal_exit
     return run
 
@@ -154,7 +155,7 @@ def default_candidates(device: str) -> Path:
 
 @_handle
 def run_bench(args) -> int:
-    console, shown = Console(), args.paths.shown
+    console, shown = console_for_output(), args.paths.shown
     stop_on_sigterm()
     if args.require_sandbox:
         require_sandbox()  # before any work, so a refusal costs nothing
@@ -228,7 +229,7 @@ def _write_leaderboard(results: list[Path], out_dir: Path, console: Console, sho
     paths = write_reports(board, out_dir)
     print_frame(board.summary[[column for column in TERMINAL_COLUMNS if column in board.summary]],
                 "leaderboard (all columns in leaderboard.md)", console)
-    console.print("wrote " + ", ".join(shown(str(path)) for path in paths.values()), highlight=False)
+    console.print("wrote " + ", ".join(shown(str(path)) for path in paths.values()), highlight=False, soft_wrap=True)
     return EXIT_OK
 
 
@@ -239,7 +240,7 @@ def _write_leaderboard(results: list[Path], out_dir: Path, console: Console, sho
 def run_leaderboard(args) -> int:
     paths = [Path(path) for path in args.results]
     if args.out:
-        return _write_leaderboard(paths, Path(args.out), Console(), args.paths.shown)
+        return _write_leaderboard(paths, Path(args.out), console_for_output(), args.paths.shown)
     try:
         print(to_markdown(Leaderboard.from_files(paths)))
     except (FileNotFoundError, ValueError) as error:
@@ -255,7 +256,7 @@ def run_baselines(args) -> int:
     # Here, not at the top: it loads torch, which `bench` and `leaderboard` never need in this process.
     from .baselines import compare, geomean_ratio, time_baselines, to_json_record
 
-    console, shown = Console(), args.paths.shown
+    console, shown = console_for_output(), args.paths.shown
     out_path = Path(args.out)
     modes = _baseline_modes(args.modes)
     if not modes:

@@ -29,6 +29,7 @@ from .files import BadFileError, check_candidate, check_problem
 from .result import Result
 from .rules import POLICY_NAMES
 from .sandbox import SandboxUnavailable
+from .terminal import console as console_for_output
 from .user_paths import command_paths
 
 
@@ -52,7 +53,8 @@ def render_result(result: Result, console: Console) -> None:
                   f"{Path(result.problem).name} <- {Path(result.candidate).name}  ({result.device}, "
                   f"convention {result.convention})")
     if result.error and not result.passed:
-        console.print(f"  {result.error}")
+        # Free text (compiler output, tracebacks): never read as markup, never re-wrapped.
+        console.print(f"  {result.error}", markup=False, highlight=False, soft_wrap=True)
     for violation in result.violations:
         console.print(f"  [red]violation[/] [{violation.rule}] {violation.detail}")
     for warning in result.warnings:
@@ -76,9 +78,19 @@ def render_result(result: Result, console: Console) -> None:
         console.print("  speedup: " + ", ".join(s for s in speedups if s))
     if result.precision:
         console.print("  precision: " + "; ".join(result.precision))
-    if result.status in ("build_error", "crashed", "runtime_error") and result.log:
+    if result.status in ("build_error", "crashed", "runtime_error") and result.log \
+            and not _log_repeats_error(result.error, result.log[-2000:]):
         console.print("  --- candidate log (tail) ---")
-        console.print(result.log[-2000:], markup=False, highlight=False)
+        console.print(result.log[-2000:], markup=False, highlight=False, soft_wrap=True)
+
+
+def _log_repeats_error(error: str | None, log_tail: str) -> bool:
+    """The log's tail adds nothing to the error printed above it: a build error's compiler
+    output is both the error and the end of the log, and is printed once."""
+    # The first line carries our prefix ("build failed: RuntimeError: ..."); the lines after it
+    # are the compiler's own.
+    last_lines = [line.strip() for line in (error or "").splitlines()[1:] if line.strip()][-3:]
+    return bool(last_lines) and all(line in log_tail for line in last_lines)
 
 
 def _number(value) -> str:
@@ -159,7 +171,7 @@ def run_verify(args) -> int:
     if args.json:
         print(result.to_json(indent=1))
     else:
-        render_result(result, Console())
+        render_result(result, console_for_output())
     return EXIT_PASSED if result.passed else EXIT_FAILED
 
 

@@ -130,3 +130,28 @@ def test_a_candidate_that_loops_forever_is_a_timeout_after_the_given_seconds(tmp
     assert run.returncode == 1, run.stderr
     result = json.loads(run.stdout)
     assert result["status"] == "timeout" and "5 s" in result["error"], result["error"]
+
+
+def test_a_build_error_prints_the_compiler_output_once_and_as_written():
+    import io
+
+    from rich.console import Console
+
+    from pytest_cudaagent.cli import render_result
+    from pytest_cudaagent.result import Result
+
+    compiler = ("FAILED: [code=1] main.o\nmain.cpp:2:15: error: expected primary-expression before 'return'\n"
+                "ninja: build stopped: subcommand failed.")
+    result = Result("p.py", "c.py", status="build_error", error=f"build failed: RuntimeError: {compiler}",
+                    log=f"Traceback (most recent call last):\n  ...\nRuntimeError: {compiler}\n")
+    out = io.StringIO()
+    render_result(result, Console(file=out, width=60))
+    text = out.getvalue()
+    assert text.count("expected primary-expression") == 1 and "--- candidate log" not in text
+    assert "FAILED: [code=1] main.o" in text  # not eaten as markup
+    # A log that says more than the error is still shown.
+    crashed = Result("p.py", "c.py", status="crashed", error="worker exited with code 1",
+                     log="Fatal Python error: Segmentation fault\n")
+    out = io.StringIO()
+    render_result(crashed, Console(file=out, width=60))
+    assert "--- candidate log" in out.getvalue() and "Segmentation fault" in out.getvalue()
