@@ -83,3 +83,46 @@ def test_a_changed_input_goes_back_in_its_lent_buffer_under_a_file_size_limit_be
 def test_an_honest_candidate_passes_under_that_limit(tmp_path, config):
     result = evaluate(*pair(tmp_path, HONEST), config)
     assert result.passed, result.summary()
+
+
+# -- the host-memory cap counts the candidate's memory, not the harness's copies in it ----------
+
+BIG_PROBLEM = PROBLEM.replace("randn(1024, 512)]  # 2 MiB, over the 1 MiB file-size limit below",
+                              "randn(4096, 4096)]  # 64 MiB")
+HOARDER = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.hoard = []
+
+    def forward(self, x):
+        self.hoard.append(torch.ones(384, 1024, 1024, dtype=torch.uint8))  # 384 MiB a call, its own
+        return torch.relu(x)
+'''
+
+
+def capped_pair(tmp_path, candidate: str):
+    problem, path = tmp_path / "relu_64mib.py", tmp_path / "candidate.py"
+    problem.write_text(BIG_PROBLEM)
+    path.write_text(candidate)
+    # Five trials: the reference holds five 128 MiB sets, the candidate's worker nine 64 MiB
+    # outputs and their host copies (worker.forward, check_held), beside lent buffers: 1.6 GiB
+    # of the harness's over a 1 GiB cap. The H100's level1/7_Matmul_with_small_K_dimension_
+    # (nine 4 GiB outputs) and five level-1 references (five sets of 12-16 GiB) at 32 GiB.
+    return problem, path, cpu_config(policy="permissive", trials=5, cache_dir=tmp_path / "cache", memory_cap_gb=1.0)
+
+
+def test_the_harness_own_sets_and_copies_do_not_count_against_the_cap(tmp_path):
+    problem, candidate, config = capped_pair(tmp_path, HONEST)
+    result = evaluate(problem, candidate, config)
+    assert result.passed, result.summary()
+
+
+def test_the_candidates_own_memory_still_counts(tmp_path):
+    problem, candidate, config = capped_pair(tmp_path, HOARDER)
+    result = evaluate(problem, candidate, config)
+    assert result.status == "crashed" and "over the cap of 1.0 GiB plus" in result.error, result.summary()
