@@ -19,11 +19,13 @@ from .config import (
     BACKEND_HELP,
     BACKEND_PRESETS,
     BASELINE_MODES,
+    BUILD_TIMEOUT_HELP,
     CONVENTIONS,
+    RUN_TIMEOUT_HELP,
     TOLERANCE_PRESETS,
     EvalConfig,
 )
-from .files import BadFileError
+from .files import BadFileError, check_candidate, check_problem
 from .result import Result
 from .rules import POLICY_NAMES
 from .sandbox import SandboxUnavailable
@@ -109,6 +111,8 @@ def register(subparsers) -> None:
     parser.add_argument("--require-sandbox", action="store_true",
                         help="refuse to run (exit 2) unless the candidate can be fully sandboxed here "
                              "(namespaces, Landlock, rlimits, a process limit; README, Isolation)")
+    parser.add_argument("--timeout", type=float, metavar="S", help=RUN_TIMEOUT_HELP)
+    parser.add_argument("--build-timeout", type=float, metavar="S", help=BUILD_TIMEOUT_HELP)
     parser.add_argument("--output", help="write the Result as JSON to this file")
     parser.add_argument("--json", action="store_true", help="print the Result as JSON instead of the summary")
     parser.set_defaults(func=run_verify, path_args=("problem", "candidate", "output"))
@@ -124,9 +128,24 @@ def run_verify(args) -> int:
     if unknown:
         print(f"cudaagent verify: unknown baseline(s) {sorted(unknown)}; use {', '.join(BASELINE_MODES)}", file=sys.stderr)
         return EXIT_USAGE
+    for name in ("timeout", "build_timeout"):
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
+            print(f"cudaagent verify: --{name.replace('_', '-')} must be a positive number of seconds", file=sys.stderr)
+            return EXIT_USAGE
+    # The files checked here, before the evaluation core (and torch, seconds to import) is loaded.
+    try:
+        check_problem(args.problem)
+        check_candidate(args.candidate)
+    except BadFileError as error:
+        print(f"cudaagent verify: {paths.shown(str(error))}", file=sys.stderr)
+        return EXIT_USAGE
     config = EvalConfig(device=args.device, trials=args.trials, timing=not args.no_timing,
                         baselines=baselines, policy=args.policy, tolerance=args.tolerance,
                         convention=args.convention, backend=args.backend, require_sandbox=args.require_sandbox)
+    if args.timeout is not None:
+        config.run_timeout_s = args.timeout
+    if args.build_timeout is not None:
+        config.build_timeout_s = args.build_timeout
     config.timing_config.audit_timed_calls = args.audit_timed_calls
     config.timing_config.overlap_launch = not args.count_launch
     try:
