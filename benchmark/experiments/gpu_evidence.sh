@@ -284,6 +284,25 @@ run_section() {
       # What the report reads (it runs here or, on the returned files, on any machine).
       mkdir -p "$OUT/under-load-$name" && cp "$runs/$name"/{results.jsonl,pytest.log,leaderboard.md,wall.txt} \
         "$runs/$name/.bench-run/pairs.json" "$OUT/under-load-$name/" ;;
+    # #38's headline: every KernelBench problem of levels 1-3 with its own Model as candidate (the
+    # full identity set, 250 pairs), checked without timing at the default worker count (UL_WORKERS
+    # for another), cut at UL_TIMEOUT_S and continued with --resume by the next call of a warm
+    # machine; IDENTITY_FULL_FROM (an earlier call's $OUT/under-load-identity-<label>, carried)
+    # puts its rows back on a fresh one.
+    under-load-identity)
+      dir=${IDENTITY_FULL_DIR:-/tmp/identity-full}; label=${UL_WORKERS:-default}
+      [ -d "$dir/candidates" ] || python3 -m benchmark.experiments.identity_set --kernelbench "${KERNELBENCH:-.kernelbench}" \
+        --level 1,2,3 --out "$dir/candidates"
+      if [ -n "${IDENTITY_FULL_FROM:-}" ] && [ -f "$IDENTITY_FULL_FROM/results.jsonl" ] && [ ! -f "$dir/$label/results.jsonl" ]; then
+        mkdir -p "$dir/$label" && cp "$IDENTITY_FULL_FROM/results.jsonl" "$dir/$label/"
+      fi
+      SECONDS=0
+      timeout --signal=TERM --kill-after=30 "${UL_TIMEOUT_S:-280}" cudaagent bench --kernelbench "${KERNELBENCH:-.kernelbench}" \
+        --level 1,2,3 --candidates "$dir/candidates" --no-timing --policy calibration \
+        ${UL_WORKERS:+--workers "$UL_WORKERS"} --out "$dir/$label" --resume
+      echo "$SECONDS $?" >> "$dir/$label/wall.txt"
+      mkdir -p "$OUT/under-load-identity-$label" && cp "$dir/$label"/{results.jsonl,pytest.log,leaderboard.md,wall.txt} \
+        "$dir/$label/.bench-run/pairs.json" "$OUT/under-load-identity-$label/" ;;
     # IDENTITY_RUNS: more LABEL=DIR for the report, e.g. #40's identity runs alone and at the default workers.
     # shellcheck disable=SC2086  # one argument per LABEL=DIR
     under-load-report) runs=${UNDER_LOAD_RUNS:-/tmp/under-load-runs}
@@ -297,7 +316,7 @@ run_section() {
             "l2 sandbox faults reward build-speed warm-load side-by-side baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
             "timed-steps host-quiet-cost identity-make identity-alone identity-batched identity-kernelbench identity-report speed-fidelity-launch-bound" \
             "throughput-harness throughput-sequential throughput-wait throughput-report" \
-            "under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report"
+            "under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report under-load-identity"
        return 2 ;;
   esac
 }
