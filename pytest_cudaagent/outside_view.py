@@ -82,12 +82,25 @@ def _process_cpu_ns(pid: int) -> int | None:
         return None
 
 
+def _runqueue_wait_ns(pid: int, tid: int) -> int:
+    """How long the thread has waited, runnable, for a CPU another process held (schedstat's
+    second field); 0 where the kernel keeps no schedstat."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/schedstat") as schedstat:
+            return int(schedstat.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 @dataclass
 class Snapshot:
     serving: int
     run_ns: dict[tuple[int, int], int] = field(default_factory=dict)  # (pid, host tid) -> CPU time
     inner_tids: dict[int, int] = field(default_factory=dict)  # the serving process's: host tid -> own tid
     serving_cpu_ns: int | None = None
+    # The serving thread's time runnable but preempted (other processes on its CPU): on the GPU,
+    # wall time that is neither the calls nor the loop's work.
+    serving_wait_ns: int = 0
 
 
 def snapshot(serving: int, with_tree: bool = True) -> Snapshot:
@@ -111,6 +124,7 @@ def snapshot(serving: int, with_tree: bool = True) -> Snapshot:
                 if inner is not None:
                     taken.inner_tids[tid] = inner
     taken.serving_cpu_ns = _process_cpu_ns(serving)
+    taken.serving_wait_ns = _runqueue_wait_ns(serving, serving)
     return taken
 
 
@@ -186,6 +200,10 @@ class Account:
     unaccounted_ms: float  # less the samples: the loop around the calls, and anything hidden there
     allowed_ms: float  # what the loop may cost (LoopCost, factor and slack)
     new_threads_cpu_ms: float = 0.0  # CPU of the candidate's own threads while the calls ran
+    # On the GPU: the serving thread's time runnable but preempted meanwhile, left out of
+    # unaccounted_ms (a loaded host, not the candidate's work; its own busy threads would be
+    # background_thread).
+    preempted_ms: float = 0.0
 
     def rounded(self) -> dict[str, float]:
         return {name: round(value, 4) for name, value in vars(self).items()}
@@ -198,14 +216,18 @@ def account(device: str, window_ns: tuple[int, int], before: Snapshot, after: Sn
     cpu_ms = (after.run_ns.get(key, 0) - before.run_ns.get(key, 0)) / 1e6
     samples = sum(samples_ms)
     allowed_ms = factor * (len(samples_ms) * cost.per_call_ns + cost.fixed_ns) / 1e6 + slack_ms
-    return Account(wall_ms, cpu_ms, samples, (cpu_ms if device == "cpu" else wall_ms) - samples, allowed_ms)
+    if device == "cpu":  # CPU time: a preempted thread uses none
+        return Account(wall_ms, cpu_ms, samples, cpu_ms - samples, allowed_ms)
+    preempted_ms = max(after.serving_wait_ns - before.serving_wait_ns, 0) / 1e6
+    return Account(wall_ms, cpu_ms, samples, wall_ms - samples - preempted_ms, allowed_ms, preempted_ms=preempted_ms)
 
 
 def unaccounted_violation(found: Account, device: str) -> Violation | None:
     if found.unaccounted_ms <= found.allowed_ms:
         return None
     seen = (f"the worker's thread used {found.cpu_ms:.3f} ms of CPU" if device == "cpu"
-            else f"the evaluator's own clock saw {found.wall_ms:.3f} ms")
+            else f"the evaluator's own clock saw {found.wall_ms:.3f} ms"
+                 + (f" ({found.preempted_ms:.3f} ms of it preempted, left out)" if found.preempted_ms else ""))
     return Violation(UNACCOUNTED, (
         f"the timed calls were reported as {found.samples_ms:.3f} ms in all, but {seen} for them: "
         f"{found.unaccounted_ms:.3f} ms outside the timed regions, where the loop around the calls costs at most "

@@ -63,6 +63,32 @@ def test_time_outside_the_samples_is_held_to_the_loops_cost():
     assert "own clock saw 100.000 ms" in outside_view.unaccounted_violation(gpu, "cuda").detail
 
 
+def test_on_the_gpu_time_the_serving_thread_spent_preempted_is_not_the_candidates():
+    # An honest loop on a loaded host: 30 ms of its 100 ms wall the serving thread was runnable
+    # but another process had its CPU (schedstat's wait); that is not work hidden between calls.
+    before, after = snapshots(10, {(10, 10): 0}, {(10, 10): 20 * MS}, {10: 1})
+    before.serving_wait_ns, after.serving_wait_ns = 5 * MS, 35 * MS
+    loaded = outside_view.account("cuda", (0, 100 * MS), before, after, [1.0] * 10, LoopCost(2 * MS, 5 * MS), 3.0, 5.0)
+    assert loaded.preempted_ms == 30.0 and loaded.unaccounted_ms == 60.0 and loaded.allowed_ms == 80.0
+    assert outside_view.unaccounted_violation(loaded, "cuda") is None
+    # A clock that lies still shows: 20 calls reported at 0.1 ms over 400 ms of wall, 30 ms preempted.
+    lying = outside_view.account("cuda", (0, 400 * MS), before, after, [0.1] * 20, LoopCost(2 * MS, 5 * MS), 3.0, 5.0)
+    violation = outside_view.unaccounted_violation(lying, "cuda")
+    assert violation.rule == "timing_unaccounted" and "30.000 ms of it preempted, left out" in violation.detail
+    # On the CPU the basis is CPU time, which a preempted thread does not use: nothing is left out.
+    cpu = outside_view.account("cpu", (0, 100 * MS), before, after, [1.0] * 10, LoopCost(2 * MS, 5 * MS), 3.0, 5.0)
+    assert cpu.preempted_ms == 0.0 and cpu.unaccounted_ms == 10.0
+
+
+def test_a_snapshot_reads_the_serving_threads_runqueue_wait():
+    import os
+
+    taken = outside_view.snapshot(os.getpid(), with_tree=False)
+    with open(f"/proc/{os.getpid()}/task/{os.getpid()}/schedstat") as schedstat:
+        now = int(schedstat.read().split()[1])
+    assert 0 <= taken.serving_wait_ns <= now
+
+
 def test_threads_that_existed_before_the_candidate_and_idle_ones_are_never_held_against_it():
     # (pid, host tid) -> CPU ns; host tid 11 is the harness's (inner tid 2), 12 the candidate's.
     before, after = snapshots(10, {(10, 10): 0, (10, 11): 0, (10, 12): 0},
