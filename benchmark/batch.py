@@ -8,6 +8,7 @@ the per-GPU lock (pytest_cudaagent.locks) keeps the timings one at a time.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import os
@@ -26,6 +27,7 @@ from pytest_cudaagent.lifetime import PARENT_PID_ENV
 from pytest_cudaagent.pairing import Pair
 from pytest_cudaagent.result import Result
 from pytest_cudaagent.results_file import done_keys, pair_key, record_missing
+from pytest_cudaagent.terminal import console as console_for_output
 
 from .pairs_plugin import write_manifest
 from .progress import ResultsTail, follow
@@ -45,6 +47,15 @@ PYTEST_RAN = (0, 1)
 
 class BatchError(RuntimeError):
     """The batch could not start or pytest stopped abnormally; the message says what to do."""
+
+
+class BatchInterrupted(Exception):
+    """Ctrl-C or SIGTERM ended the run: its pytest and workers are gone; what finished is in
+    `results_path` (`done` of the `todo` pairs this invocation ran), the rest is left for --resume."""
+
+    def __init__(self, results_path: Path, done: int, todo: int, signal_exit: int):
+        super().__init__(f"interrupted after {done} of {todo} pair(s)")
+        self.results_path, self.done, self.todo, self.signal_exit = results_path, done, todo, signal_exit
 
 
 @dataclass
@@ -178,7 +189,7 @@ def pytest_command(manifest: Path, results_path: Path, run_dir: Path, settings: 
 def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettings, *,
               resume: bool = False, console: Console | None = None) -> BatchOutcome:
     results_path = Path(results_path).resolve()
-    console = console or Console()
+    console = console or console_for_output()
     if results_path.exists() and results_path.stat().st_size and not resume:
         raise BatchError(f"{results_path} already holds results: pass --resume to continue that run, "
                          "--overwrite to start again, or another --out")
@@ -227,9 +238,13 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
                 raise BatchError("--device cuda asked for, but torch sees no CUDA GPU (the driver shows "
                                  f"{gpus}): install a CUDA build of torch, or use --device cpu")
             finished = follow(process, tail, len(todo), console)
-        except BaseException:  # Ctrl-C, or SIGTERM through lifetime.stop_on_sigterm
-            process.terminate()
-            process.wait()
+        except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, or SIGTERM through lifetime.stop_on_sigterm
+            _end(process)
+            done = len(ResultsTail(results_path, run_start).poll())  # every row this invocation wrote
+            code = 130 if isinstance(stop, KeyboardInterrupt) else (stop.code if isinstance(stop.code, int) else 143)
+            raise BatchInterrupted(results_path, done, len(todo), code) from None
+        except BaseException:
+            _end(process)
             raise
     todo_keys = {pair.key for pair in todo}
     outcome.new_results = [r for r in finished if pair_key(r.problem, r.candidate) in todo_keys]
@@ -240,6 +255,31 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
                                             device)
         outcome.new_results += outcome.unreported
     return outcome
+
+
+def _end(process: subprocess.Popen, grace_s: float = 20.0) -> None:
+    """pytest ended, and every process under it (xdist workers, evaluations, their workers,
+    compilers) gone before the run says it stopped: those still there after `grace_s` (each
+    winds down on its own once its parent is gone, PARENT_PID_ENV) are killed. A second Ctrl-C
+    while it winds down does not leave them running."""
+    import psutil
+
+    try:
+        below = psutil.Process(process.pid).children(recursive=True)
+    except psutil.Error:
+        below = []
+    while True:
+        try:
+            process.terminate()
+            process.wait()
+            _, alive = psutil.wait_procs(below, timeout=grace_s)
+            for leftover in alive:
+                with contextlib.suppress(psutil.Error):
+                    leftover.kill()
+            psutil.wait_procs(alive, timeout=5)
+            return
+        except KeyboardInterrupt:
+            continue
 
 
 def log_tail(path: Path | None, lines: int = 30) -> str:

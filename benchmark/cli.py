@@ -11,9 +11,11 @@ from pytest_cudaagent.config import (
     BACKEND_HELP,
     BACKEND_PRESETS,
     BASELINE_MODES,
+    BUILD_TIMEOUT_HELP,
     CONVENTIONS,
     MEMORY_POLICIES,
     MEMORY_POLICY_HELP,
+    RUN_TIMEOUT_HELP,
     TOLERANCE_PRESETS,
 )
 from pytest_cudaagent.rules import POLICY_NAMES
@@ -70,6 +72,8 @@ def register_bench(subparsers) -> None:
     parser.add_argument("--workers", type=int, metavar="N",
                         help="pytest-xdist workers (default: one per CPU core, at least 2 and at most 16 per GPU)")
     parser.add_argument("--trials", type=int, default=5, help="correctness trials per candidate (default 5)")
+    parser.add_argument("--timeout", type=float, metavar="S", help=RUN_TIMEOUT_HELP)
+    parser.add_argument("--build-timeout", type=float, metavar="S", help=BUILD_TIMEOUT_HELP)
     parser.add_argument("--baselines", default="eager,compile",
                         help="baselines to time once per problem: eager, compile, max-autotune (comma-separated)")
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")

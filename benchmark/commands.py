@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -18,11 +20,13 @@ from pytest_cudaagent.config import BASELINE_MODES, EvalConfig, resolve_device
 from pytest_cudaagent.files import BadFileError
 from pytest_cudaagent.lifetime import stop_on_sigterm
 from pytest_cudaagent.sandbox import SandboxUnavailable, require_sandbox
+from pytest_cudaagent.terminal import console as console_for_output
 from pytest_cudaagent.user_paths import command_paths
 
 from .batch import (
     PYTEST_RAN,
     BatchError,
+    BatchInterrupted,
     BatchSettings,
     batch_device,
     gpu_count,
@@ -103,13 +107,46 @@ def _handle(handler):
         try:
             return handler(args)
         except (UsageError, BadFileError, BatchError, SandboxUnavailable) as error:
-            Console(stderr=True).print(f"[red]cudaagent {getattr(args, 'command', '')}:[/] {paths.shown(str(error))}",
+            console_for_output(stderr=True).print(f"[red]cudaagent {getattr(args, 'command', '')}:[/] {paths.shown(str(error))}",
                                        highlight=False, soft_wrap=True)
             return EXIT_USAGE
+        except BatchInterrupted as stop:
+            console_for_output(stderr=True).print(interrupted_summary(stop, paths.shown), highlight=False, soft_wrap=True)
+            return stop.signal_exit
     return run
 
 
+def interrupted_summary(stop: BatchInterrupted, shown, argv: list[str] | None = None) -> str:
+    """One line for a run ended by Ctrl-C or SIGTERM: what is done, what is left, where the
+    results are, and the command that goes on (the same one with --resume)."""
+    words = [word for word in (sys.argv[1:] if argv is None else argv) if word != "--overwrite"]
+    if "--resume" not in words:
+        words.append("--resume")
+    return (f"interrupted: {stop.done} of {stop.todo} pair(s) done, {stop.todo - stop.done} left; results in "
+            f"{shown(str(stop.results_path))}; go on with: {shlex.join(['cudaagent', *words])}")
+
+
 # -- bench -----------------------------------------------------------------------------------
+
+
+def _timeouts_file(args, out_dir: Path) -> Path | None:
+    """--timeout / --build-timeout, handed to every evaluation as an EvalConfig file (the
+    plugin's --cudaagent-config; its options decide everything else). None when neither is given."""
+    timeouts = {"run_timeout_s": args.timeout, "build_timeout_s": args.build_timeout}
+    for name, value in timeouts.items():
+        if value is not None and value <= 0:
+            flag = "--timeout" if name == "run_timeout_s" else "--build-timeout"
+            raise UsageError(f"{flag} must be a positive number of seconds")
+    if all(value is None for value in timeouts.values()):
+        return None
+    config = EvalConfig()
+    for name, value in timeouts.items():
+        if value is not None:
+            setattr(config, name, value)
+    path = out_dir / ".bench-run" / "timeouts.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config.to_dict()))
+    return path
 
 
 def default_candidates(device: str) -> Path:
@@ -118,7 +155,7 @@ def default_candidates(device: str) -> Path:
 
 @_handle
 def run_bench(args) -> int:
-    console, shown = Console(), args.paths.shown
+    console, shown = console_for_output(), args.paths.shown
     stop_on_sigterm()
     if args.require_sandbox:
         require_sandbox()  # before any work, so a refusal costs nothing
@@ -148,13 +185,14 @@ def run_bench(args) -> int:
     results_path = out_dir / "results.jsonl"
     if args.overwrite and results_path.exists():
         results_path.unlink()
+    config_file = _timeouts_file(args, out_dir)
     settings = BatchSettings(device=device, workers=args.workers, trials=args.trials,
                              baselines=_baseline_modes(args.baselines), timing=not args.no_timing,
                              policy=args.policy, tolerance=args.tolerance, convention=args.convention,
                              backend=args.backend, require_sandbox=args.require_sandbox,
                              memory_policy=args.memory_policy,
                              fast_build=not args.no_fast_build, share_reference=not args.no_shared_reference,
-                             start_ahead=not args.no_start_ahead)
+                             start_ahead=not args.no_start_ahead, config_file=config_file)
     console.print(f"bench: {len(pairing.pairs)} pair(s) over {len(problems)} problem(s), candidates from "
                   f"{shown(str(candidates))}, device {device}", highlight=False)
     outcome = run_batch(pairing.pairs, results_path, settings, resume=args.resume, console=console)
@@ -191,7 +229,7 @@ def _write_leaderboard(results: list[Path], out_dir: Path, console: Console, sho
     paths = write_reports(board, out_dir)
     print_frame(board.summary[[column for column in TERMINAL_COLUMNS if column in board.summary]],
                 "leaderboard (all columns in leaderboard.md)", console)
-    console.print("wrote " + ", ".join(shown(str(path)) for path in paths.values()), highlight=False)
+    console.print("wrote " + ", ".join(shown(str(path)) for path in paths.values()), highlight=False, soft_wrap=True)
     return EXIT_OK
 
 
@@ -202,7 +240,7 @@ def _write_leaderboard(results: list[Path], out_dir: Path, console: Console, sho
 def run_leaderboard(args) -> int:
     paths = [Path(path) for path in args.results]
     if args.out:
-        return _write_leaderboard(paths, Path(args.out), Console(), args.paths.shown)
+        return _write_leaderboard(paths, Path(args.out), console_for_output(), args.paths.shown)
     try:
         print(to_markdown(Leaderboard.from_files(paths)))
     except (FileNotFoundError, ValueError) as error:
@@ -218,7 +256,7 @@ def run_baselines(args) -> int:
     # Here, not at the top: it loads torch, which `bench` and `leaderboard` never need in this process.
     from .baselines import compare, geomean_ratio, time_baselines, to_json_record
 
-    console, shown = Console(), args.paths.shown
+    console, shown = console_for_output(), args.paths.shown
     out_path = Path(args.out)
     modes = _baseline_modes(args.modes)
     if not modes:

@@ -88,13 +88,17 @@ def time_scatter(best: pd.DataFrame) -> str:
 _STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1300px}
 table{border-collapse:collapse;font-size:13px;margin-bottom:1.5em}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f2f2f2}
-td:first-child,th:first-child{text-align:left}img{max-width:100%}"""
+td:first-child,th:first-child{text-align:left}img{max-width:100%}
+.scroll{overflow-x:auto;max-width:100%;margin-bottom:1.5em}.scroll table{margin-bottom:0}"""
 
 
 def _table(frame: pd.DataFrame) -> str:
     if frame.empty:
         return "<p>(none)</p>"
-    return frame.to_html(index=False, na_rep="-", float_format=lambda value: f"{value:g}", border=0)
+    # A wide table scrolls in its own box instead of running past the page (and clipping the
+    # flagged column at 1300 px).
+    html = frame.to_html(index=False, na_rep="-", float_format=lambda value: f"{value:g}", border=0)
+    return f'<div class="scroll">{html}</div>'
 
 
 def render_html(board: Leaderboard) -> str:

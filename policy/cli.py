@@ -10,6 +10,8 @@ import os
 import sys
 from pathlib import Path
 
+from pytest_cudaagent.terminal import console as console_for_output
+
 from .trainer.cli import register_train
 
 
@@ -62,8 +64,6 @@ def register_solve(subparsers) -> None:
 
 
 def run_solve(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from pytest_cudaagent import EvalConfig
     from pytest_cudaagent.cli import require_extra
     from pytest_cudaagent.config import resolve_device
@@ -84,7 +84,7 @@ def run_solve(args: argparse.Namespace) -> int:
                       args.engine)
     if args.tokenizer:
         require_extra("solve --tokenizer", "train", "transformers")
-    console = Console(stderr=True)
+    console = console_for_output(stderr=True)
     device = args.device or resolve_device("auto")
     try:
         problems = find_problems(args.problems)
@@ -109,7 +109,7 @@ def run_solve(args: argparse.Namespace) -> int:
         return 2
     finally:
         engine.close()
-    Console().print(outcome_table(outcomes))
+    console_for_output().print(outcome_table(outcomes))
     results = paths.shown(str(args.out / "results.jsonl"))
     console.print(f"results: {results}  (cudaagent leaderboard {results})")
     return 0

@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pytest_cudaagent.files import BadFileError, check_problem
+from pytest_cudaagent.terminal import console as console_for_output
 
 from .agent import Agent, AgentConfig, EpisodeOutcome
 from .engines import Engine
@@ -70,7 +71,7 @@ def solve(problems: list[Path], engine: Engine, config: SolveConfig, pool: Evalu
     candidates_dir.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.jsonl"
     results_path.write_text("")
-    console = console or Console(stderr=True)
+    console = console or console_for_output(stderr=True)
     agent = Agent(engine, config.agent)
     own_pool = pool is None
     pool = pool or EvaluationPool(config.device, config.gpus, config.evaluations_per_gpu)

@@ -76,6 +76,10 @@ class Worker:
         self.reply_keys = reply_keys
         self.memory_cap_bytes = memory_cap_gb * 1024**3
         self.peak_rss_bytes = 0
+        # What the harness itself keeps in this process, beyond the cap (set by the evaluation,
+        # from the reference's sizes, never from the worker): the shared buffers lent to it for
+        # a call, the host copies it keeps of the correctness calls' outputs (#38).
+        self.harness_bytes = 0
         self._killed_for = ""  # why this process killed the worker, for its death reason
         # Workers nobody reads while this one is waited on (one started ahead for the next
         # evaluation, start_ahead.py): their host memory is checked at each poll here too.
@@ -153,9 +157,10 @@ class Worker:
         except psutil.Error:
             return
         self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
-        if rss > self.memory_cap_bytes:
+        if rss > self.memory_cap_bytes + self.harness_bytes:
+            ours = f" plus {self.harness_bytes / 1024**3:.1f} GiB of the harness's own" if self.harness_bytes else ""
             self._killed_for = (f"killed: host memory {rss / 1024**3:.1f} GiB over the cap of "
-                                f"{self.memory_cap_bytes / 1024**3:.1f} GiB")
+                                f"{self.memory_cap_bytes / 1024**3:.1f} GiB{ours}")
             self.kill()
             raise WorkerDied(self._killed_for)
 

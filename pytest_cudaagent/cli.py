@@ -19,14 +19,17 @@ from .config import (
     BACKEND_HELP,
     BACKEND_PRESETS,
     BASELINE_MODES,
+    BUILD_TIMEOUT_HELP,
     CONVENTIONS,
+    RUN_TIMEOUT_HELP,
     TOLERANCE_PRESETS,
     EvalConfig,
 )
-from .files import BadFileError
+from .files import BadFileError, check_candidate, check_problem
 from .result import Result
 from .rules import POLICY_NAMES
 from .sandbox import SandboxUnavailable
+from .terminal import console as console_for_output
 from .user_paths import command_paths
 
 
@@ -50,7 +53,8 @@ def render_result(result: Result, console: Console) -> None:
                   f"{Path(result.problem).name} <- {Path(result.candidate).name}  ({result.device}, "
                   f"convention {result.convention})")
     if result.error and not result.passed:
-        console.print(f"  {result.error}")
+        # Free text (compiler output, tracebacks): never read as markup, never re-wrapped.
+        console.print(f"  {result.error}", markup=False, highlight=False, soft_wrap=True)
     for violation in result.violations:
         console.print(f"  [red]violation[/] [{violation.rule}] {violation.detail}")
     for warning in result.warnings:
@@ -74,9 +78,19 @@ def render_result(result: Result, console: Console) -> None:
         console.print("  speedup: " + ", ".join(s for s in speedups if s))
     if result.precision:
         console.print("  precision: " + "; ".join(result.precision))
-    if result.status in ("build_error", "crashed", "runtime_error") and result.log:
+    if result.status in ("build_error", "crashed", "runtime_error") and result.log \
+            and not _log_repeats_error(result.error, result.log[-2000:]):
         console.print("  --- candidate log (tail) ---")
-        console.print(result.log[-2000:], markup=False, highlight=False)
+        console.print(result.log[-2000:], markup=False, highlight=False, soft_wrap=True)
+
+
+def _log_repeats_error(error: str | None, log_tail: str) -> bool:
+    """The log's tail adds nothing to the error printed above it: a build error's compiler
+    output is both the error and the end of the log, and is printed once."""
+    # The first line carries our prefix ("build failed: RuntimeError: ..."); the lines after it
+    # are the compiler's own.
+    last_lines = [line.strip() for line in (error or "").splitlines()[1:] if line.strip()][-3:]
+    return bool(last_lines) and all(line in log_tail for line in last_lines)
 
 
 def _number(value) -> str:
@@ -109,6 +123,8 @@ def register(subparsers) -> None:
     parser.add_argument("--require-sandbox", action="store_true",
                         help="refuse to run (exit 2) unless the candidate can be fully sandboxed here "
                              "(namespaces, Landlock, rlimits, a process limit; README, Isolation)")
+    parser.add_argument("--timeout", type=float, metavar="S", help=RUN_TIMEOUT_HELP)
+    parser.add_argument("--build-timeout", type=float, metavar="S", help=BUILD_TIMEOUT_HELP)
     parser.add_argument("--output", help="write the Result as JSON to this file")
     parser.add_argument("--json", action="store_true", help="print the Result as JSON instead of the summary")
     parser.set_defaults(func=run_verify, path_args=("problem", "candidate", "output"))
@@ -124,9 +140,24 @@ def run_verify(args) -> int:
     if unknown:
         print(f"cudaagent verify: unknown baseline(s) {sorted(unknown)}; use {', '.join(BASELINE_MODES)}", file=sys.stderr)
         return EXIT_USAGE
+    for name in ("timeout", "build_timeout"):
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
+            print(f"cudaagent verify: --{name.replace('_', '-')} must be a positive number of seconds", file=sys.stderr)
+            return EXIT_USAGE
+    # The files checked here, before the evaluation core (and torch, seconds to import) is loaded.
+    try:
+        check_problem(args.problem)
+        check_candidate(args.candidate)
+    except BadFileError as error:
+        print(f"cudaagent verify: {paths.shown(str(error))}", file=sys.stderr)
+        return EXIT_USAGE
     config = EvalConfig(device=args.device, trials=args.trials, timing=not args.no_timing,
                         baselines=baselines, policy=args.policy, tolerance=args.tolerance,
                         convention=args.convention, backend=args.backend, require_sandbox=args.require_sandbox)
+    if args.timeout is not None:
+        config.run_timeout_s = args.timeout
+    if args.build_timeout is not None:
+        config.build_timeout_s = args.build_timeout
     config.timing_config.audit_timed_calls = args.audit_timed_calls
     config.timing_config.overlap_launch = not args.count_launch
     try:
@@ -140,7 +171,7 @@ def run_verify(args) -> int:
     if args.json:
         print(result.to_json(indent=1))
     else:
-        render_result(result, Console())
+        render_result(result, console_for_output())
     return EXIT_PASSED if result.passed else EXIT_FAILED
 
 

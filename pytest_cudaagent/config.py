@@ -302,3 +302,12 @@ def resolve_device(device: str) -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# `--timeout` and `--build-timeout` of `cudaagent verify` and `bench` (EvalConfig.run_timeout_s,
+# build_timeout_s): one wording for both commands.
+RUN_TIMEOUT_HELP = (f"seconds one step of an evaluation may take (preparing the reference, constructing the "
+                    f"candidate, each correctness trial, the timed calls) before it is `timeout` "
+                    f"(default {EvalConfig.run_timeout_s:g})")
+BUILD_TIMEOUT_HELP = (f"seconds a candidate's build (its import, load_inline's compile) may take before it is "
+                      f"`timeout` (default {EvalConfig.build_timeout_s:g})")

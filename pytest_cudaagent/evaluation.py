@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import logging
 import multiprocessing
+import os
 import statistics
 import time
 import traceback
@@ -34,6 +35,7 @@ from .files import BadFileError, Candidate, check_candidate, check_problem, file
 from .footprints import Footprint, FootprintStore, Measures, estimate
 from .memory_gate import Gate, Hold
 from .out_of_memory import asked_and_had, out_of_memory, verdict_error
+from .outputs import HELD_ON_DEVICE_BUDGET_BYTES
 from .provenance import foreign_kernels
 from .reference_batch import KEEP_SET_BYTES, KeptReference, batch_key
 from .reference_batch import store as reference_store
@@ -242,6 +244,9 @@ class Evaluation:
         self.out_of_memory: str | None = None
         # The reference's process was ended by SIGKILL or SIGTERM, not by us (outside_kill.py).
         self.reference_killed_from_outside = False
+        # Bytes of the correctness calls' outputs the candidate's worker keeps copies of, on its
+        # device and on the host (_harness_bytes).
+        self._held_on_device = self._held_on_host = 0
 
     # -- orchestration --------------------------------------------------------------------------
 
@@ -398,7 +403,7 @@ class Evaluation:
             if problem_side:
                 log = worker.log_tail(1500) if worker else ""
                 self.reference_killed_from_outside = outside_kill.killed_from_outside("crashed", str(death))
-                raise ProblemError(f"{self.problem}: the reference process died ({death})\n{log}") from None
+                raise ProblemError(f"{self.problem}: the reference process died ({death}){self._sets_need()}\n{log}") from None
             self.killed_from_outside = outside_kill.killed_from_outside("crashed", str(death))
             self._fail("crashed", f"{name}: {death}")
         finally:
@@ -486,6 +491,11 @@ class Evaluation:
             if sized["input_bytes"] is not None:
                 measures = Measures(0, sized["input_bytes"], sized["output_bytes"])
         self.footprint = estimate(measures, self.config, self.device) if measures is not None else None
+        if measures is not None and reference_worker is not None:
+            # The sets it draws live in its process, in shared memory, until the evaluation
+            # ends: the harness's transport, not the problem's use of memory (#38: five level-1
+            # references of 12-16 GiB sets killed at the 32 GiB cap). Counted beyond its cap.
+            reference_worker.harness_bytes = self._set_count() * (measures.input_bytes + measures.output_bytes)
         with self._profiled("parent.admission"):
             hold.admit(self.footprint)
 
@@ -627,6 +637,7 @@ class Evaluation:
         # Storages, not tensors: nothing in the candidate's heap then looks like an output to
         # return (a search of it for a tensor of the output's shape found these).
         lent_storages = [None if buffer is None else buffer.untyped_storage() for buffer in output_buffers]
+        worker.harness_bytes = self._harness_bytes(candidate_inputs + output_buffers, expected)
         reply = worker.request(("forward", candidate_inputs, _nbytes(expected), trial_set["seed"], watched,
                                 lent_storages), self.config.run_timeout_s)
         self._lent.give_back(candidate_inputs)  # the call is over
@@ -642,6 +653,39 @@ class Evaluation:
         if None in outputs:
             trial.correct, trial.error = False, OUTPUT_UNREADABLE
         return trial, outputs, output_buffers
+
+    def _sets_need(self) -> str:
+        """What the problem's sets need of the host, for a reference that died: its sets are
+        held in /dev/shm, and a full /dev/shm kills a process that writes there with SIGBUS."""
+        footprint = self.footprint
+        if footprint is None:
+            return ""
+        try:
+            stat = os.statvfs("/dev/shm")
+            shm = f", /dev/shm {stat.f_blocks * stat.f_frsize / 1024**3:.1f} GiB ({stat.f_bavail * stat.f_frsize / 1024**3:.1f} free)"
+        except OSError:
+            shm = ", no /dev/shm"
+        return (f"; its {self._set_count()} sets and the copies lent from them need about "
+                f"{footprint.host_bytes / 1024**3:.1f} GiB of host shared memory (host memory cap "
+                f"{self.config.memory_cap_gb:.1f} GiB a process, not counting the sets{shm})")
+
+    def _harness_bytes(self, lent: list, expected: list) -> int:
+        """What the harness keeps in the candidate's process once this call is made, which its
+        host-memory cap does not count (#38: level1/7_Matmul_with_small_K_dimension_'s own Model
+        was killed at 32 GiB holding nine 4 GiB output copies of ours): the buffers lent for the
+        call and the previous one (the unwatched call's, not yet given back), and the host copies
+        worker.forward keeps of every correctness call's outputs until check_held (beyond
+        outputs.HELD_ON_DEVICE_BUDGET_BYTES on a GPU; on the CPU the outputs themselves too).
+        From the reference's sizes, never from the worker's word."""
+        lent_bytes = sum(_nbytes([value for value in lent if type(value) is torch.Tensor]))
+        for nbytes in _nbytes(expected):
+            if self.device != "cpu" and self._held_on_device + nbytes <= HELD_ON_DEVICE_BUDGET_BYTES:
+                self._held_on_device += nbytes
+            else:
+                self._held_on_host += nbytes * (2 if self.device == "cpu" else 1)
+        # and the inputs' snapshot the worker takes around the call (outputs.device_snapshot)
+        snapshot = sum(_nbytes(lent[:len(lent) - len(expected)])) if self.device == "cpu" else 0
+        return 2 * lent_bytes + snapshot + self._held_on_host
 
     def _reference_repeats_itself(self, reference_worker: Worker, index: int, candidate_outputs=None,
                                   second: bool = False) -> bool:

@@ -69,6 +69,17 @@ def free_memory(device: str) -> tuple[int | None, int]:
     return device_free, available_bytes()
 
 
+def shared_memory_free() -> int | None:
+    """Free bytes of the host's /dev/shm (None where there is none): the sets a pair's reference
+    draws, and the copies lent to its candidate, live there (shared_tensors.py), and it is often
+    smaller than the host's memory (half of it by default, 64 MiB in a default container)."""
+    try:
+        stat = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
+
+
 def device_key(device: str) -> str:
     """The gate's name for the device, read without starting CUDA (NVML's UUID of the visible GPU)."""
     if device != "cuda":
@@ -161,8 +172,13 @@ class Gate:
             device_free, host_free = free_memory(self.device)
             device_room = None if device_free is None else device_free - sum(
                 other.device_bytes for other in others if other.pending)
-            host_room = host_free - sum(other.host_bytes for other in others if other.pending)
-            if (device_room is None or device_room >= footprint.device_bytes) and host_room >= footprint.host_bytes:
+            pending_host = sum(other.host_bytes for other in others if other.pending)
+            host_room = host_free - pending_host
+            # The footprint's host bytes are shared memory: /dev/shm must hold them too.
+            shm_free = shared_memory_free()
+            shm_room = None if shm_free is None else shm_free - pending_host
+            if (device_room is None or device_room >= footprint.device_bytes) and host_room >= footprint.host_bytes \
+                    and (shm_room is None or shm_room >= footprint.host_bytes):
                 return "by footprint"
             if time.monotonic() - started > ADMISSION_WAIT_S:
                 return f"without room after waiting {ADMISSION_WAIT_S:.0f} s"

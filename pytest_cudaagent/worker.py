@@ -120,6 +120,21 @@ def same_as_recorded(recorded: list, outputs: list) -> bool:
     return True
 
 
+def _input_after(now, lent):
+    """An input as the call left it, for the evaluator to compare: copied into the shared buffer
+    it was lent in where that has its shape and dtype (nothing new is made: a shared-memory copy
+    of a 2 GiB input, a new file, was refused by the sandbox's file-size limit, "unable to resize
+    file ... File too large", #38), else a copy of its own."""
+    import torch
+
+    if (type(now) is torch.Tensor and type(lent) is torch.Tensor and lent.is_shared() and lent.is_contiguous()
+            and now.shape == lent.shape and now.dtype == lent.dtype):
+        if now.data_ptr() != lent.data_ptr() or now.device != lent.device:
+            lent.copy_(now.detach())
+        return lent
+    return _to_send([now])[0]
+
+
 def _tensor_bytes(values) -> int:
     import torch
 
@@ -543,8 +558,8 @@ def serve_candidate(conn, spec: dict) -> None:
         return {
             **report,
             # None: unchanged (the same metadata and bytes as before the call); else its copy.
-            "inputs_after": [None if unchanged(was, now) else _to_send([now])[0]
-                             for was, now in zip(before, device_inputs, strict=True)],
+            "inputs_after": [None if unchanged(was, now) else _input_after(now, lent)
+                             for was, now, lent in zip(before, device_inputs, inputs, strict=True)],
             "findings": guard.findings.drain(),
             "precision": sorted(guard.findings.precision | tf32_switches(configured)),
         }

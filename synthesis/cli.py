@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from pytest_cudaagent.terminal import console as console_for_output
+
 
 def register(subparsers) -> None:
     synth = subparsers.add_parser("synth", help="synthesize filtered training tasks (crawl, run, check)")
@@ -75,7 +77,6 @@ def _sources() -> tuple[str, ...]:
 
 
 def run_crawl(args) -> int:
-    from rich.console import Console
     from rich.progress import Progress
     from rich.table import Table
 
@@ -84,7 +85,7 @@ def run_crawl(args) -> int:
     from .crawl import crawl
 
     shown = command_paths(args).shown
-    console = Console(stderr=True)
+    console = console_for_output(stderr=True)
     sources = tuple(s.strip() for s in (args.sources or ",".join(_sources())).split(",") if s.strip())
     unknown = set(sources) - set(_sources())
     if unknown:
@@ -102,7 +103,7 @@ def run_crawl(args) -> int:
     table.add_column("operators", justify="right")
     for reason, count in collections.Counter(r.reason for r in catalogue.log).most_common():
         table.add_row(reason, str(count))
-    Console().print(table)
+    console_for_output().print(table)
     console.print(f"catalogue: {shown(str(args.out))}; crawl log: {shown(str(log_path))}")
     return 0
 
@@ -135,8 +136,6 @@ def _add_run(commands) -> None:
 
 
 def run_run(args) -> int:
-    from rich.console import Console
-
     from pytest_cudaagent.lifetime import stop_on_sigterm
     from pytest_cudaagent.user_paths import command_paths
 
@@ -145,7 +144,7 @@ def run_run(args) -> int:
     from .pool import PoolConfig
 
     shown = command_paths(args).shown
-    console = Console(stderr=True)
+    console = console_for_output(stderr=True)
     config = SynthConfig(
         count=args.count, out_dir=args.out, seed=args.seed, kernelbench=args.kernelbench,
         similarity=args.similarity, catalogue=args.catalogue,
@@ -183,15 +182,13 @@ def _add_check(commands) -> None:
 
 
 def run_check(args) -> int:
-    from rich.console import Console
-
     from pytest_cudaagent.user_paths import command_paths
 
     from .pipeline import check_file
 
     shown = command_paths(args).shown
     if not args.problem.is_file():
-        Console(stderr=True).print(f"[red]{shown(str(args.problem))}: no such problem file")
+        console_for_output(stderr=True).print(f"[red]{shown(str(args.problem))}: no such problem file")
         return 2
     verdict = check_file(args.problem, _filter_config(args), args.kernelbench, args.similarity, _task_timeout(args))
     text = json.dumps(verdict, indent=2)

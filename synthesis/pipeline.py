@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pytest_cudaagent.files import BadFileError, check_problem
 from pytest_cudaagent.state_files import remove_leftovers, write_atomically
+from pytest_cudaagent.terminal import console as console_for_output
 
 from .catalogue import Catalogue
 from .compose import Composer, ComposerConfig
@@ -133,7 +134,7 @@ def load_or_crawl_catalogue(config: SynthConfig, console: Console) -> Catalogue:
 
 def run_synthesis(config: SynthConfig, proposer: Proposer | None = None,
                   console: Console | None = None) -> pd.DataFrame:
-    console = console or Console(stderr=True)
+    console = console or console_for_output(stderr=True)
     out_dir = Path(config.out_dir)
     manifest = Manifest(out_dir)
     if manifest.records and not config.resume:

@@ -191,3 +191,12 @@ def test_pytest_options_resolve_against_the_folder_pytest_started_in(workdir):
     assert run.returncode == 0, run.stdout + run.stderr
     (result,) = [json.loads(line) for line in (workdir / "out" / "results.jsonl").read_text().splitlines()]
     assert result["status"] == "passed"
+
+
+def test_the_license_is_an_spdx_string_not_a_table():
+    # pip warns that project.license as a TOML table stops building after 2027-02-18 (#45).
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "MIT"

@@ -105,6 +105,9 @@ def test_reports_markdown_csv_and_self_contained_html(runs, tmp_path):
     assert set(csv["run"]) == {"old", "new"} and "fast_1 vs compile %" in csv.columns
     html = paths["html"].read_text()
     assert html.count("data:image/png;base64,") == 3
+    # Every table in a box of its own that scrolls sideways rather than clipping its last columns.
+    assert html.count("<table") == html.count('<div class="scroll"><table') > 0
+    assert ".scroll{overflow-x:auto" in html
     assert "Other GPU" in html and "<script" not in html and "http" not in html.replace("http-equiv", "")
 
 

@@ -333,6 +333,7 @@ def test_admission_waits_until_the_footprint_fits_beside_what_running_pairs_rese
     free memory), and a pair whose footprint is unknown does not wait."""
     gib = 1024**3
     monkeypatch.setattr("pytest_cudaagent.memory_gate.free_memory", lambda device: (None, 10 * gib))
+    monkeypatch.setattr("pytest_cudaagent.memory_gate.shared_memory_free", lambda: 64 * gib)
     monkeypatch.setattr("pytest_cudaagent.memory_gate.ADMISSION_POLL_S", 0.01)
     gate = Gate("cpu")
     events: list[str] = []
@@ -355,6 +356,28 @@ def test_admission_waits_until_the_footprint_fits_beside_what_running_pairs_rese
         running.settle()
         waiting.join(WAIT_S)
     assert events == ["settled", "by footprint"]
+
+
+def test_admission_counts_the_sets_against_dev_shm_too(monkeypatch):
+    """Host memory 100 GiB free, but /dev/shm (where the sets live) 10 GiB: beside a running pair
+    that reserved 8 GiB, a pair of 4 GiB waits for room in /dev/shm (here, until its time limit),
+    and is admitted by footprint once /dev/shm has it."""
+    gib = 1024**3
+    shm = {"free": 10 * gib}
+    monkeypatch.setattr("pytest_cudaagent.memory_gate.free_memory", lambda device: (None, 100 * gib))
+    monkeypatch.setattr("pytest_cudaagent.memory_gate.shared_memory_free", lambda: shm["free"])
+    monkeypatch.setattr("pytest_cudaagent.memory_gate.ADMISSION_POLL_S", 0.01)
+    monkeypatch.setattr("pytest_cudaagent.memory_gate.ADMISSION_WAIT_S", 0.2)
+    gate = Gate("cpu")
+    with gate.shared("admit", "big") as running:
+        running.admit(Footprint(0, 8 * gib))
+        with gate.shared("admit", "small") as hold:
+            hold.admit(Footprint(0, 4 * gib))
+            assert hold.admitted.startswith("without room"), hold.admitted
+        shm["free"] = 12 * gib
+        with gate.shared("admit", "small") as hold:
+            hold.admit(Footprint(0, 4 * gib))
+            assert hold.admitted == "by footprint"
 
 
 def test_a_first_run_is_sized_on_the_meta_device_and_its_measures_are_kept_for_the_next(tmp_path, config):
