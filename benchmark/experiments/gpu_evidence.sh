@@ -185,6 +185,12 @@ run_section() {
     speed-fidelity-launch-bound) python3 -m benchmark.experiments.speed_fidelity --kernelbench "${KERNELBENCH:-.kernelbench}" \
                                    --pairs benchmark/experiments/speed_fidelity_cases/launch_bound/pairs.json \
                                    --policy calibration --json "$OUT/speed_fidelity_launch_bound.json" ;;
+    # #40: what the candidate's timed path adds per operator over eager's on level 3's launch-bound outliers,
+    # per policy and with the guard on timed calls / no sandbox / no device-time profile / no reserved CPUs.
+    timed-path) for problem in 15_DenseNet121 34_VanillaRNNHidden; do
+                  python3 -m benchmark.experiments.timed_path_overhead --device cuda --repeats "${TIMED_PATH_REPEATS:-2}" \
+                    --calls 20 --problem "${KERNELBENCH:-.kernelbench}/KernelBench/level3/$problem.py"
+                done ;;
     sandbox-layers) python3 -m benchmark.experiments.sandbox_layers --json "$OUT/sandbox_layers.json" ;;
     sandbox-launches) python3 -m benchmark.experiments.sandbox_layers --launches --json "$OUT/sandbox_launches.json" ;;
     # Where a warm load_inline's seconds go (import torch, CUDA's start, the candidate's import).
@@ -314,7 +320,7 @@ run_section() {
                        fi ;;
     *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests gpu-tests-core gpu-tests-rest gpu-tests batch-timer timed-accounting differential issue39 compat-bench speed-fidelity" \
             "l2 sandbox faults reward build-speed warm-load side-by-side baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
-            "timed-steps host-quiet-cost identity-make identity-alone identity-batched identity-kernelbench identity-report speed-fidelity-launch-bound" \
+            "timed-steps timed-path host-quiet-cost identity-make identity-alone identity-batched identity-kernelbench identity-report speed-fidelity-launch-bound" \
             "throughput-harness throughput-sequential throughput-wait throughput-report" \
             "under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report under-load-identity"
        return 2 ;;
