@@ -13,6 +13,7 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 import uuid
@@ -28,6 +29,7 @@ from pytest_cudaagent.pairing import Pair
 from pytest_cudaagent.result import Result
 from pytest_cudaagent.results_file import done_keys, pair_key, record_missing
 from pytest_cudaagent.terminal import console as console_for_output
+from pytest_cudaagent.waits import RUN_ID_ENV, STATUS_DIR_ENV, run_id
 
 from .pairs_plugin import write_manifest
 from .progress import ResultsTail, follow
@@ -227,6 +229,11 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
         env["CUDA_VISIBLE_DEVICES"] = ",".join(settings.gpus)
     # pytest, its workers and their worker processes die with this process, even if it is SIGKILLed.
     env[PARENT_PID_ENV] = str(os.getpid())
+    # What the run's evaluations wait for, shown on the progress line (waits.py).
+    status_dir = run_dir / "status"
+    shutil.rmtree(status_dir, ignore_errors=True)
+    env[STATUS_DIR_ENV] = str(status_dir)
+    env[RUN_ID_ENV] = run_id()
     command = pytest_command(manifest, results_path, run_dir, settings, device, workers)
     with open(outcome.log_path, "w") as log:
         log.write(" ".join(command) + "\n")
@@ -237,7 +244,7 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
             if device == "cuda" and not gpu_count():
                 raise BatchError("--device cuda asked for, but torch sees no CUDA GPU (the driver shows "
                                  f"{gpus}): install a CUDA build of torch, or use --device cpu")
-            finished = follow(process, tail, len(todo), console)
+            finished = follow(process, tail, len(todo), console, status_dir=status_dir)
         except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, or SIGTERM through lifetime.stop_on_sigterm
             _end(process)
             done = len(ResultsTail(results_path, run_start).poll())  # every row this invocation wrote

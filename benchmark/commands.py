@@ -229,8 +229,23 @@ def _write_leaderboard(results: list[Path], out_dir: Path, console: Console, sho
     paths = write_reports(board, out_dir)
     print_frame(board.summary[[column for column in TERMINAL_COLUMNS if column in board.summary]],
                 "leaderboard (all columns in leaderboard.md)", console)
+    for line in flagged_lines(board):
+        console.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
     console.print("wrote " + ", ".join(shown(str(path)) for path in paths.values()), highlight=False, soft_wrap=True)
     return EXIT_OK
+
+
+def flagged_lines(board: Leaderboard) -> list[str]:
+    """Why rows are missing from the headline numbers, one line per rule with an example detail,
+    so a newcomer who counts fewer candidates than pairs reads why without opening a file."""
+    flagged = board.flagged
+    if flagged.empty:
+        return []
+    lines = []
+    for rule, rows in flagged.groupby("rule", sort=True):
+        lines.append(f"{len(rows)} result(s) left out of the numbers above for review, {rule}: "
+                     f"{rows['detail'].iloc[0]} (all of them under 'Flagged for review' in leaderboard.md)")
+    return lines
 
 
 # -- leaderboard -----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pytest_cudaagent.result import Result
+from pytest_cudaagent.waits import waiting_lines
 
 STATUS_COLOURS = {"passed": "green", "incorrect": "red", "build_error": "magenta", "runtime_error": "red",
                   "timeout": "yellow", "crashed": "red", "violation": "bright_red",
@@ -50,8 +51,9 @@ def status_counts(counts: Counter) -> str:
 
 
 def follow(process: subprocess.Popen, tail: ResultsTail, total: int, console: Console,
-           poll_s: float = 0.5) -> list[Result]:
-    """Until `process` ends: show progress over `total` pairs; returns the Results it wrote."""
+           poll_s: float = 0.5, status_dir: Path | None = None) -> list[Result]:
+    """Until `process` ends: show progress over `total` pairs, and what its evaluations wait for
+    (their notes in `status_dir`, waits.py); returns the Results it wrote."""
     finished: list[Result] = []
     counts: Counter = Counter()
     columns = (TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -69,9 +71,20 @@ def follow(process: subprocess.Popen, tail: ResultsTail, total: int, console: Co
                 bar.console.print(f"[{colour}]{result.status:<13}[/] " + escape(
                     f"{Path(result.problem).name} <- {Path(result.candidate).name}  {detail}"), highlight=False)
                 bar.update(task, completed=len(finished), description=status_counts(counts))
+            if status_dir is not None:
+                bar.update(task, description=progress_description(counts, waiting_lines(status_dir)))
             if not running:
                 return finished
             time.sleep(poll_s)
+
+
+def progress_description(counts: Counter, waits: list[str]) -> str:
+    """The verdicts so far, then the longest wait of the run's evaluations, if any."""
+    text = status_counts(counts)
+    if waits:
+        more = f" (+{len(waits) - 1} more)" if len(waits) > 1 else ""
+        text += ("  " if text else "") + f"[yellow]{escape(waits[0])}{more}[/]"
+    return text
 
 
 def _speed(result: Result) -> str:

@@ -31,6 +31,7 @@ from .rules import POLICY_NAMES
 from .sandbox import SandboxUnavailable
 from .terminal import console as console_for_output
 from .user_paths import command_paths
+from .waits import start_run
 
 
 def evaluate(problem, candidate, config: EvalConfig) -> Result:
@@ -212,6 +213,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
+    start_run(["cudaagent", *(sys.argv[1:] if argv is None else argv)])  # waits.py: whose run holds a lock
     # Before any command runs elsewhere (a pytest subprocess, a workspace): paths are the caller's.
     command_paths(args)
     return args.func(args)

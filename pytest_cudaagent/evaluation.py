@@ -776,7 +776,7 @@ class Evaluation:
         got no answer within 300 s)."""
         with device_lock(self.device, self.config.timing_config.quiet_wait_s, on_behalf_of=worker.process.pid) as hold:
             yield hold
-        self._note_quiet(who, hold.quiet)
+        self._note_quiet(who, hold.quiet, hold.beside)
 
     def _time_candidate(self, worker: Worker, reference_worker: Worker, warm_sets: list[dict]) -> None:
         timing = self.config.timing_config
@@ -935,7 +935,7 @@ class Evaluation:
                 unreached = diff(BackendSettings(settings), BackendSettings(reply["backend_settings"]))
                 self._add_warnings([Violation("backend_settings_changed", f"the {mode} baseline could not be timed "
                                               f"under the candidate's settings: {'; '.join(unreached)}")])
-            if not self._note_quiet(f"the {mode} baseline", reply.get("quiet", True)):
+            if not self._note_quiet(f"the {mode} baseline", reply.get("quiet", True), reply.get("beside", "")):
                 beside_other_work.add(mode)
             return TimingStats.from_samples(reply["samples_ms"], reply["device_ms"], reply.get("launch_overlapped"))
 
@@ -963,14 +963,17 @@ class Evaluation:
             if violation not in self.result.violations:
                 self.result.violations.append(violation)
 
-    def _note_quiet(self, who: str, quiet: bool) -> bool:
-        """A timing waits for other workers' untimed work on the device (TimingConfig.quiet_wait_s);
-        when that did not end in time the timing went ahead beside it, and the Result says so."""
+    def _note_quiet(self, who: str, quiet: bool, beside: str = "") -> bool:
+        """A timing waits for other untimed work on the device (TimingConfig.quiet_wait_s; this
+        run's or another run's on the same host: they share its devices); when that did not end
+        in time the timing went ahead beside it, and the Result says whose work it was
+        (locks.DeviceHold.beside) and what to do."""
         if quiet:
             return True
         self._add_warnings([Violation(
-            "timed_beside_other_work", f"{who} was timed while other untimed work of this run still held the "
-            f"device after {self.config.timing_config.quiet_wait_s:.0f} s (a stuck trial?): its time may be too long")])
+            "timed_beside_other_work", f"{who} was timed beside other untimed work still on the device after "
+            f"{self.config.timing_config.quiet_wait_s:.0f} s, so its time may be too long: "
+            f"{beside or 'whose work it was is not known'}")])
         return False
 
     def _add_warnings(self, warnings: list[Violation]) -> None:

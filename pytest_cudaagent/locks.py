@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .host_quiet import timed_hold
+from .waits import describe_work, remove_note, waiting, write_note
 
 
 def device_key(device: str) -> str:
@@ -43,6 +44,29 @@ def lock_path(device: str) -> Path:
 class DeviceHold:
     path: Path
     quiet: bool  # no other untimed work of ours ran on the device during the hold
+    # When not quiet: whose work it was (waits.describe_work), in words the Result can carry.
+    beside: str = ""
+
+
+def note_path(device: str) -> Path:
+    """Who holds the timing lock now (waits.write_note)."""
+    return lock_path(device).with_suffix(".holder")
+
+
+def work_notes_dir(device: str) -> Path:
+    """One note per process holding untimed work on the device."""
+    return lock_path(device).with_suffix(".work.d")
+
+
+def _flock_or_wait(handle, mode: int, what: str, note: Path | None = None, holders=None) -> None:
+    """flock, at once if free; otherwise a wait that says what it waits for and who holds it."""
+    try:
+        fcntl.flock(handle, mode | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    with waiting(what, note, holders):
+        fcntl.flock(handle, mode)
 
 
 # Devices whose timing lock this thread holds: untimed work inside a timing needs no lock of its
@@ -58,15 +82,21 @@ def device_work(device: str):
         yield
         return
     work, turnstile = _work_paths(device)
+    what = f"the device ({device_key(device)}) while a timing runs"
+    mine = work_notes_dir(device) / f"{os.getpid()}-{threading.get_ident()}.json"
     with open(turnstile, "a+") as turnstile_handle, open(work, "a+") as work_handle:
-        fcntl.flock(turnstile_handle, fcntl.LOCK_EX)  # behind a timing that is waiting
+        # Behind a timing that is waiting, then beside the other untimed work.
+        _flock_or_wait(turnstile_handle, fcntl.LOCK_EX, what, note_path(device))
         try:
-            fcntl.flock(work_handle, fcntl.LOCK_SH)
+            _flock_or_wait(work_handle, fcntl.LOCK_SH, what, note_path(device))
         finally:
             fcntl.flock(turnstile_handle, fcntl.LOCK_UN)
+        mine.parent.mkdir(parents=True, exist_ok=True)
+        write_note(mine)
         try:
             yield
         finally:
+            remove_note(mine)
             fcntl.flock(work_handle, fcntl.LOCK_UN)
 
 
@@ -110,8 +140,12 @@ def device_lock(device: str, quiet_wait_s: float = 30.0, on_behalf_of: int | Non
     path.parent.mkdir(parents=True, exist_ok=True)
     work, turnstile = _work_paths(device)
     with open(path, "a+") as handle, open(work, "a+") as work_handle, open(turnstile, "a+") as turnstile_handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        quiet = _hold_work_exclusively(work_handle, turnstile_handle, quiet_wait_s)
+        _flock_or_wait(handle, fcntl.LOCK_EX, f"the timing lock of {device_key(device)}", note_path(device))
+        write_note(note_path(device), on_behalf_of)
+        with waiting(f"other untimed work on {device_key(device)} to end before timing",
+                     holders=lambda: describe_work(work_notes_dir(device))):
+            quiet = _hold_work_exclusively(work_handle, turnstile_handle, quiet_wait_s)
+        beside = "" if quiet else describe_work(work_notes_dir(device))
         acquired_ns = time.time_ns()
         held = _timing_here.__dict__.setdefault("devices", set())
         held.add(device)
@@ -119,12 +153,13 @@ def device_lock(device: str, quiet_wait_s: float = 30.0, on_behalf_of: int | Non
             # The timed process alone on its reserved cores (host_quiet.py): this one, or the
             # worker it holds the lock for, with whatever that started.
             with timed_hold(device, pid=on_behalf_of):
-                yield DeviceHold(path, quiet)
+                yield DeviceHold(path, quiet, beside)
         finally:
             held.discard(device)
             if quiet:
                 fcntl.flock(work_handle, fcntl.LOCK_UN)
             released_ns = time.time_ns()
+            remove_note(note_path(device))
             fcntl.flock(handle, fcntl.LOCK_UN)
             log = os.environ.get("CUDAAGENT_LOCK_LOG")
             if log:

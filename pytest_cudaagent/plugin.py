@@ -27,6 +27,7 @@ from .result import Result
 from .results_file import append_result, done_keys, record_missing
 from .sandbox import SandboxUnavailable, require_sandbox
 from .user_paths import TypedPaths
+from .waits import COMMAND_CHARS, RUN_COMMAND_ENV, run_id
 
 _OPTIONS = [
     # (option, ini name, default, help)
@@ -122,6 +123,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # The run's CPUs and GPUs, recorded by the controller before xdist pins each worker to one
     # GPU and before any zygote starts (host_quiet.py: the cores kept for timed calls).
     record_host()
+    # One run id and command for this run's processes (xdist workers inherit them), so a wait
+    # for a lock names its holder as this run's or another's (waits.py).
+    os.environ.setdefault(RUN_COMMAND_ENV, " ".join(["pytest", *config.invocation_params.args])[:COMMAND_CHARS])
+    run_id()
     # Before anything in this worker starts CUDA: one GPU per xdist worker.
     pin_xdist_worker_to_gpu(os.environ.get("PYTEST_XDIST_WORKER"))
     config.stash[PATHS] = _absolute_paths(config)

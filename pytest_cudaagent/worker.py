@@ -444,7 +444,7 @@ def reference_main(conn, spec: dict) -> None:
             measurement = timer.measure(fn, content_sets)
         return {"samples_ms": measurement.samples_ms, "device_ms": measurement.device_ms,
                 "launch_overlapped": measurement.launch_overlapped, "backend_settings": timed_under,
-                "quiet": hold.quiet}
+                "quiet": hold.quiet, "beside": hold.beside}
 
     def calibrate(overlap: bool, staged: bool, count: int) -> dict:
         """What the candidate's timed loop costs around its calls, measured here where no

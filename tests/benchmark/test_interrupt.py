@@ -135,11 +135,11 @@ def test_bench_timeout_flag_ends_a_looping_candidate_after_the_given_seconds(tmp
     (tmp_path / "candidates" / "p0.py").write_text(LOOPS_FOREVER)
     run = subprocess.run([sys.executable, "-m", "pytest_cudaagent.cli", "bench", "--problems", "problems",
                           "--candidates", "candidates", "--device", "cpu", "--no-timing", "--policy", "permissive",
-                          "--workers", "1", "--out", "out", "--timeout", "5"],
+                          "--workers", "1", "--out", "out", "--timeout", "15"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     rows = _rows(tmp_path / "out" / "results.jsonl")
     assert [row["status"] for row in rows] == ["timeout"], run.stdout + run.stderr
-    assert "5 s" in rows[0]["error"]
+    assert "15 s" in rows[0]["error"]
 
 
 def test_bench_rejects_a_timeout_that_is_not_positive(tmp_path):

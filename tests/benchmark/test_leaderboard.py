@@ -214,13 +214,21 @@ def test_a_row_timed_beside_other_work_is_left_for_review(tmp_path):
                           compile_ms=1.5)]
     beside = _flagged(fake_result(P2, _cand("level_1_problem_2_sample_0_kernel.py"), candidate_ms=1.0, eager_ms=9.0,
                                   compile_ms=9.0), "timed_beside_other_work",
-                      "the eager baseline was timed while other untimed work of this run still held the device")
+                      "the eager baseline was timed beside other untimed work still on the device after 30 s, so its "
+                      "time may be too long: pid 4321 of another run (cudaagent verify p.py c.py), for 40 s.")
     clean = Leaderboard.from_files([write_results(tmp_path / "clean" / "results.jsonl", honest)])
     board = Leaderboard.from_files([write_results(tmp_path / "mixed" / "results.jsonl", [*honest, beside])])
     assert _row(board.summary, level="level1")["flagged for review"] == 1
     assert {k: _row(board.summary, level="level1")[k] for k in HEADLINE} == \
         {k: _row(clean.summary, level="level1")[k] for k in HEADLINE}
     assert list(board.flagged["rule"]) == ["timed_beside_other_work"]
+    # `bench` says at its end why a row is missing from the numbers, with whose work it was.
+    from benchmark.commands import flagged_lines
+
+    assert flagged_lines(clean) == []
+    (line,) = flagged_lines(board)
+    assert line.startswith("1 result(s) left out of the numbers above for review, timed_beside_other_work: ")
+    assert "pid 4321 of another run (cudaagent verify p.py c.py)" in line
 
 
 def test_every_row_counts_in_the_denominators_and_the_harness_errors_are_listed_apart(tmp_path):
