@@ -41,6 +41,16 @@ def _handler(name: str):
     return run
 
 
+def _shard(text: str):
+    """--shard I/N, checked while the arguments are parsed (before anything loads torch)."""
+    from .shards import parse_shard
+
+    try:
+        return parse_shard(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("--shard ")) from None
+
+
 def _add_problem_selection(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("problems (default: the bundled examples)")
     group.add_argument("--kernelbench", metavar="PATH",
@@ -67,6 +77,10 @@ def register_bench(subparsers) -> None:
                              "(default: examples/candidates/cuda on a GPU, else examples/candidates/cpu)")
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument("--out", default="bench-out", metavar="DIR", help="output directory (default bench-out)")
+    parser.add_argument("--shard", type=_shard, metavar="I/N",
+                        help="evaluate only shard I of N (0 <= I < N): the problems whose name hashes to I, "
+                             "with all their candidates; one host each, merged by `cudaagent leaderboard` "
+                             "(docs/multi-node.md)")
     parser.add_argument("--resume", action="store_true", help="skip pairs already in OUT/results.jsonl")
     parser.add_argument("--overwrite", action="store_true", help="discard OUT/results.jsonl and start again")
     parser.add_argument("--workers", type=int, metavar="N",
