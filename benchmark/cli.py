@@ -119,8 +119,11 @@ def register_leaderboard(subparsers) -> None:
     parser = subparsers.add_parser(
         "leaderboard", help="fast_p, speedups and rewards per run and level from results JSONL files",
         description="Reads results written by `cudaagent bench` (one JSONL per run; several runs "
-                    "are shown side by side with the problems that changed).")
-    parser.add_argument("results", nargs="+", help="results.jsonl files, one per run")
+                    "are shown side by side with the problems that changed). The shard files of one "
+                    "`bench --shard I/N` run are merged into one run: shards of different settings "
+                    "are refused (exit 2), a missing shard or pair is named (exit 1, the leaderboard "
+                    "still written).")
+    parser.add_argument("results", nargs="+", help="results.jsonl files, one per run (or per shard)")
     parser.add_argument("--out", metavar="DIR",
                         help="write leaderboard.md, leaderboard.csv, problems.csv and report.html here "
                              "(default: print the markdown)")
