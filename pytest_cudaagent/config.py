@@ -153,6 +153,29 @@ class TimingConfig:
     cpu_inconsistent_fraction: float | None = None
     cpu_audit_ms_per_op: float = 0.15
     cpu_audit_ms_per_call: float = 0.005
+    # timing_unaccounted (outside_view.py): the candidate's timed request, seen from the
+    # evaluating process (the worker's CPU time on the CPU, its own clock on the GPU), may exceed
+    # the samples it reported by this many times what the same loop costs around its calls on the
+    # reference's worker (measured over loop_cost_calls calls of a call that does nothing), plus
+    # the slack. On the 2-core CI box under load honest candidates used at most 1.0 times it; a
+    # clock slowed 20 times on a 32 ms call hides 30 ms a call, the CPU loop costs a few ms a
+    # call. None turns the check off.
+    unaccounted_factor: float | None = 3.0
+    unaccounted_slack_ms: float = 20.0
+    loop_cost_calls: int = 16
+    # background_thread (outside_view.py): a thread or process the candidate's code started may
+    # use this much CPU beyond the timed calls' own duration while they run, and this much per
+    # call (an OpenMP worker spinning a while after a parallel region ends). Threads' CPU times
+    # are read in nanoseconds; one that ended meanwhile is known only in clock ticks, and gets
+    # two ticks more.
+    new_thread_slack_ms: float = 5.0
+    new_thread_slack_per_call_ms: float = 0.5
+    # And while the worker waits for its next request, this long after the last timed call (no
+    # call runs then: an idle thread uses nothing, a spinning OpenMP worker well under the slack),
+    # any of those threads may use at most this much CPU. Under heavy load a thread that works
+    # between calls gets no more CPU than the preempted calls last; it still works here.
+    idle_watch_ms: float = 20.0
+    idle_thread_slack_ms: float = 2.0
     # A timed call's output outside tolerance but within this factor of it, in at most this
     # fraction of its elements, is a numerical difference (reported), not proof of skipped work.
     numerical_tolerance_factor: float = 10.0

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from . import outside_kill, start_ahead
+from . import host_quiet, outside_kill, outside_view, start_ahead
+from . import tensor_trees as trees
 from .backend_settings import BackendSettings, diff
 from .baseline_cache import BaselineCache
 from .baseline_spread import steadiest, unstable_warning
@@ -33,6 +34,7 @@ from .envinfo import collect_env
 from .fast_build import pch_dir, start_pch
 from .files import BadFileError, Candidate, check_candidate, check_problem, file_hash
 from .footprints import Footprint, FootprintStore, Measures, estimate
+from .locks import device_lock, device_work
 from .memory_gate import Gate, Hold
 from .out_of_memory import asked_and_had, out_of_memory, verdict_error
 from .outputs import HELD_ON_DEVICE_BUDGET_BYTES
@@ -228,6 +230,10 @@ class Evaluation:
         self._unrepeatable: dict[int, dict] = {}
         # Shared memory lent to the candidate's worker for one correctness call at a time.
         self._lent = SharedBufferPool()
+        # From the candidate worker's first message: the threads that were the harness's before its
+        # code was loaded (None: not sent), and the process that serves its requests (outside_view.py).
+        self._harness_threads: set[int] | None = None
+        self._serving_pid = 0
         # The reference's reply to "prepare" (its own, or a batch's kept one), once received.
         self._prepared: dict | None = None
         # What the candidate is built from: init inputs, the reference's state_dict, the seed.
@@ -505,7 +511,7 @@ class Evaluation:
         sets = reference["sets"]
         if not sets:
             return
-        measures = Measures(int(reference.get("device_peak_bytes") or 0), sum(_nbytes(sets[0]["inputs"])),
+        measures = Measures(int(reference.get("device_peak_bytes") or 0), trees.nbytes(sets[0]["inputs"]),
                             sum(_nbytes(sets[0]["outputs"])))
         with contextlib.suppress(OSError):
             FootprintStore(self.config.cache_dir).put(self.problem, self.device, measures)
@@ -553,7 +559,12 @@ class Evaluation:
                 worker.also_watch = [started.worker]
 
     def _note_sandbox(self, report: dict) -> None:
+        """The candidate worker's first message, sent before any of the candidate's code ran: what
+        the sandbox applied, and the threads that are the harness's (outside_view.py)."""
         report.pop("kind")
+        threads, serving = report.pop("threads", None), report.pop("pid", None)
+        self._harness_threads = set(threads) if isinstance(threads, list) else None
+        self._serving_pid = serving if type(serving) is int else self._workers["candidate"].process.pid
         self.result.env["sandbox"] = report
         if self.config.require_sandbox and missing(report):
             raise SandboxUnavailable(refusal(report))
@@ -638,14 +649,17 @@ class Evaluation:
         # return (a search of it for a tensor of the output's shape found these).
         lent_storages = [None if buffer is None else buffer.untyped_storage() for buffer in output_buffers]
         worker.harness_bytes = self._harness_bytes(candidate_inputs + output_buffers, expected)
-        reply = worker.request(("forward", candidate_inputs, _nbytes(expected), trial_set["seed"], watched,
-                                lent_storages), self.config.run_timeout_s)
+        # Untimed work on the device, held here on the worker's behalf (it cannot open the locks).
+        with device_work(self.device):
+            reply = worker.request(("forward", candidate_inputs, _nbytes(expected), trial_set["seed"], watched,
+                                    lent_storages), self.config.run_timeout_s)
         self._lent.give_back(candidate_inputs)  # the call is over
         self._add_violations(reply["violations"] + reply["findings"])
         self._note_precision(reply["precision"])
-        # An input comes back only if the call changed it (None: unchanged, as its worker saw).
+        # An input comes back only if the call changed it (None: unchanged, as its worker saw);
+        # tensors nested in a list, tuple or dict are inputs too (tensor_trees.py).
         for position, (before, after) in enumerate(zip(trial_set["inputs"], reply["inputs_after"], strict=True)):
-            if isinstance(before, torch.Tensor) and after is not None and not same_values(before, after):
+            if after is not None and trees.tensors(before) and not _same_input(before, after):
                 self._add_violations([Violation("input_mutation", f"forward changed input {position}")])
         outputs = reply["outputs"]
         with self._profiled("compare"):
@@ -677,14 +691,14 @@ class Evaluation:
         worker.forward keeps of every correctness call's outputs until check_held (beyond
         outputs.HELD_ON_DEVICE_BUDGET_BYTES on a GPU; on the CPU the outputs themselves too).
         From the reference's sizes, never from the worker's word."""
-        lent_bytes = sum(_nbytes([value for value in lent if type(value) is torch.Tensor]))
+        lent_bytes = sum(_nbytes([value for value in trees.tensors(lent) if type(value) is torch.Tensor]))  # nested too
         for nbytes in _nbytes(expected):
             if self.device != "cpu" and self._held_on_device + nbytes <= HELD_ON_DEVICE_BUDGET_BYTES:
                 self._held_on_device += nbytes
             else:
                 self._held_on_host += nbytes * (2 if self.device == "cpu" else 1)
         # and the inputs' snapshot the worker takes around the call (outputs.device_snapshot)
-        snapshot = sum(_nbytes(lent[:len(lent) - len(expected)])) if self.device == "cpu" else 0
+        snapshot = trees.nbytes(lent[:len(lent) - len(expected)]) if self.device == "cpu" else 0
         return 2 * lent_bytes + snapshot + self._held_on_host
 
     def _reference_repeats_itself(self, reference_worker: Worker, index: int, candidate_outputs=None,
@@ -754,13 +768,23 @@ class Evaluation:
     def _audited_count(self) -> int:
         return max(1, self.config.timing_config.rotating_inputs)
 
+    @contextlib.contextmanager
+    def _timing_lock(self, who: str, worker: Worker):
+        """The device's timing lock (locks.device_lock), taken here on the candidate's worker's
+        behalf: a candidate that could open the lock directory could take the lock at import and
+        hold every other timing of the machine (one started ahead did: the candidate being timed
+        got no answer within 300 s)."""
+        with device_lock(self.device, self.config.timing_config.quiet_wait_s, on_behalf_of=worker.process.pid) as hold:
+            yield hold
+        self._note_quiet(who, hold.quiet)
+
     def _time_candidate(self, worker: Worker, reference_worker: Worker, warm_sets: list[dict]) -> None:
         timing = self.config.timing_config
         self._collect_fresh_sets(reference_worker)
-        # Copies: the reference times its baselines on these very sets, so the candidate must not
-        # get the reference's own memory to write into.
-        warm = worker.request(("warm", [shared_copies(s["inputs"]) for s in warm_sets]), self.config.run_timeout_s)
-        self._note_quiet("the candidate's warm-up and device time", warm)
+        with self._timing_lock("the candidate's warm-up and device time", worker):
+            # Copies: the reference times its baselines on these very sets, so the candidate must
+            # not get the reference's own memory to write into.
+            warm = worker.request(("warm", [shared_copies(s["inputs"]) for s in warm_sets]), self.config.run_timeout_s)
         self._add_violations(warm["findings"])
         self._note_precision(warm["precision"])
         self.result.kernels = warm["kernel_names"]
@@ -769,22 +793,81 @@ class Evaluation:
         audited_count = self._audited_count()
         fresh = self._fresh_sets(reference_worker, timed_count + audited_count)
         timed_sets, audited_sets = fresh[:timed_count], fresh[timed_count:]
-        reply = worker.request(("time", [_for_candidate(s) for s in timed_sets],
-                                [_for_candidate(s) for s in audited_sets]), self.config.run_timeout_s)
-        self._note_quiet("the candidate", reply)
-        self._add_violations(reply["findings"])
-        self._note_precision(reply["precision"])
-        self._note_backend_settings(reply["backend_settings"])
+        staged = worker.request(("stage", [_for_candidate(s) for s in timed_sets]), self.config.run_timeout_s)["staged"]
+        with self._timing_lock("the candidate", worker):
+            cost = self._loop_cost(reference_worker, bool(warm["launch_overlapped"]), bool(staged), timed_count)
+            before = outside_view.snapshot(self._serving_pid)
+            sent = time.perf_counter_ns()
+            reply = worker.request(("time",), self.config.run_timeout_s)
+            received = time.perf_counter_ns()
+            after = outside_view.snapshot(self._serving_pid)
+            time.sleep(timing.idle_watch_ms / 1000)  # the worker idle: what its own threads do meanwhile
+            idle = outside_view.snapshot(self._serving_pid)
+            audit = worker.request(("audit", [_for_candidate(s) for s in audited_sets]), self.config.run_timeout_s)
+        self._add_violations(reply["violations"] + audit["findings"])
+        self._note_precision(audit["precision"])
+        self._note_backend_settings(audit["backend_settings"])
+        self._account_for_timed_calls(reply, timed_count, (sent, received), before, after, cost)
+        if self._harness_threads is not None:
+            self._add_violations([violation for violation in [outside_view.idle_threads_violation(
+                after, idle, self._harness_threads, timing.idle_watch_ms, timing.idle_thread_slack_ms)] if violation])
         if not self.result.stateful_reference:  # answers that depend on the calls before (_note_stateful_reference)
-            self._check_timed_outputs("timed", timed_sets, reply["timed_outputs"])
-            self._check_timed_outputs("audited", audited_sets, reply["audited_outputs"])
+            self._check_timed_outputs("timed", timed_sets, audit["timed_outputs"])
+            self._check_timed_outputs("audited", audited_sets, audit["audited_outputs"])
         stats = TimingStats.from_samples(reply["samples_ms"], warm["device_ms"], warm["launch_overlapped"])
         self.result.timing["candidate"] = stats
         if self.device == "cuda":
             self._check_kernels(warm)
             self._check_busy_time(stats.median_ms, warm["device_busy_ms"])
         else:
-            self._check_watched_time(stats.median_ms, reply)
+            self._check_watched_time(stats.median_ms, audit)
+
+    def _loop_cost(self, reference_worker: Worker, overlap: bool, staged: bool, calls: int) -> outside_view.LoopCost | None:
+        """What the timed loop costs around its calls, on the reference's worker (no candidate code
+        there), timed by this process's clock; the caller holds the timing lock. None where the
+        check is off."""
+        timing = self.config.timing_config
+        if timing.unaccounted_factor is None:
+            return None
+        count = max(2, min(calls, timing.loop_cost_calls))
+        # On the reserved cores as the candidate's loop will be (host_quiet.py): on the untimed
+        # ones, beside the run's builds, the loop would cost more than it does for the candidate.
+        with host_quiet.timed_hold(self.device, pid=reference_worker.process.pid):
+            sent = time.perf_counter_ns()
+            measured = self._phase("reference", lambda: reference_worker.request(
+                ("calibrate", overlap, staged, count), self.config.run_timeout_s),
+                worker=reference_worker, problem_side=True, record=False)
+            received = time.perf_counter_ns()
+        if "unmeasured" in measured:
+            self._add_warnings([Violation(outside_view.UNACCOUNTED, f"not checked: {measured['unmeasured']}")])
+            return None
+        if self.device == "cpu":
+            return outside_view.cpu_loop_cost(measured["loop_cpu_ns"], count)
+        return outside_view.wall_loop_cost((sent + measured["setup_ns"], received), measured["samples_ms"],
+                                           measured["stamps_ns"])
+
+    def _account_for_timed_calls(self, reply: dict, calls: int, window: tuple[int, int], before: outside_view.Snapshot,
+                                 after: outside_view.Snapshot, cost: outside_view.LoopCost | None) -> None:
+        """The worker's account of its timed calls held against this process's own view of them
+        (outside_view.py): its clock readings, the time outside its samples, and the CPU of
+        threads the candidate started (Result.timed_request)."""
+        timing = self.config.timing_config
+        samples, stamps = reply["samples_ms"], reply["stamps_ns"]
+        problem = outside_view.stamps_problem(window, calls, samples, stamps, self.device)
+        if problem is not None:
+            self._add_violations([Violation(outside_view.UNACCOUNTED, problem)])
+            self._fail("violation", f"{outside_view.UNACCOUNTED}: {problem}")
+        new_threads_ms, violation = 0.0, None
+        if self._harness_threads is not None:
+            new_threads_ms, violation = outside_view.new_threads_violation(
+                before, after, self._harness_threads, sum(end - start for start, end in stamps), len(samples),
+                timing.new_thread_slack_ms, timing.new_thread_slack_per_call_ms)
+        found = outside_view.account(self.device, window, before, after, samples, cost or outside_view.LoopCost(0.0, 0.0),
+                                     timing.unaccounted_factor or 0.0, timing.unaccounted_slack_ms)
+        found.new_threads_cpu_ms = new_threads_ms
+        self.result.timed_request = found.rounded()
+        unaccounted = outside_view.unaccounted_violation(found, self.device) if cost is not None else None
+        self._add_violations([found_violation for found_violation in (unaccounted, violation) if found_violation])
 
     def _check_timed_outputs(self, label: str, fresh_sets: list[dict], outputs: list[list]) -> None:
         """Every checked call is judged on the values it produced (copied right after it)."""
@@ -852,7 +935,7 @@ class Evaluation:
                 unreached = diff(BackendSettings(settings), BackendSettings(reply["backend_settings"]))
                 self._add_warnings([Violation("backend_settings_changed", f"the {mode} baseline could not be timed "
                                               f"under the candidate's settings: {'; '.join(unreached)}")])
-            if not self._note_quiet(f"the {mode} baseline", reply):
+            if not self._note_quiet(f"the {mode} baseline", reply.get("quiet", True)):
                 beside_other_work.add(mode)
             return TimingStats.from_samples(reply["samples_ms"], reply["device_ms"], reply.get("launch_overlapped"))
 
@@ -880,10 +963,10 @@ class Evaluation:
             if violation not in self.result.violations:
                 self.result.violations.append(violation)
 
-    def _note_quiet(self, who: str, reply: dict) -> bool:
+    def _note_quiet(self, who: str, quiet: bool) -> bool:
         """A timing waits for other workers' untimed work on the device (TimingConfig.quiet_wait_s);
         when that did not end in time the timing went ahead beside it, and the Result says so."""
-        if reply.get("quiet", True):
+        if quiet:
             return True
         self._add_warnings([Violation(
             "timed_beside_other_work", f"{who} was timed while other untimed work of this run still held the "
@@ -1064,11 +1147,18 @@ def _for_candidate(fresh_set: dict) -> dict:
 
 def _set_bytes(content_set: dict) -> int:
     """Host bytes one fresh set takes: its inputs and the reference's outputs for them."""
-    return sum(_nbytes(content_set["inputs"]) + _nbytes(content_set["outputs"]))
+    return trees.nbytes(content_set["inputs"]) + sum(_nbytes(content_set["outputs"]))
 
 
 def _nbytes(outputs: list) -> list[int]:
     return [t.numel() * t.element_size() for t in outputs if isinstance(t, torch.Tensor)]
+
+
+def _same_input(before: object, after: object) -> bool:
+    """The same containers holding tensors of the same values (an input's other values are not
+    judged: the candidate's changes to them stay in its own process)."""
+    return trees.same_structure(before, after) and all(
+        same_values(was, now) for was, now in zip(trees.tensors(before), trees.tensors(after), strict=True))
 
 
 def _is_allocation_kernel(kernel: str) -> bool:

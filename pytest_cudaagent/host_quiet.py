@@ -201,6 +201,23 @@ def _fit_torch_threads(cpus: int) -> int | None:
     return before
 
 
+def fit_timed_threads(device: str) -> int | None:
+    """In a timed process whose hold another process takes on its behalf (a candidate's worker:
+    the evaluating process holds the lock, locks.device_lock's `on_behalf_of`), before its first
+    timed request: on the CPU backend, torch's intra-op threads at most as many as the reserved
+    CPUs, as `timed_hold` makes them in a holder of its own. Not put back: every request of its
+    after that but the staging runs under a hold, and an intra-op pool grown again starts
+    threads the harness did not have before the candidate's code loaded (outside_view.py).
+    Does nothing without a reservation. Returns the count before, where it fitted them (the
+    reference's worker puts it back after measuring the candidate's loop the same way)."""
+    count = _reserved_here["count"]
+    if device != "cpu" or count == 0 or not hasattr(os, "sched_setaffinity"):
+        return None
+    plan = record_host()
+    reserved = plan.reserved(device_slot(device, plan), count)
+    return _fit_torch_threads(len(reserved)) if reserved else None
+
+
 @contextmanager
 def timed_hold(device: str, reserved_cpus=_THIS_PROCESS, pid: int | None = None):
     """Around a held timing lock: the timed process (`pid`, this one by default) and everything

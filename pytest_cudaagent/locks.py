@@ -30,8 +30,8 @@ def device_key(device: str) -> str:
 
 
 def lock_dir() -> Path:
-    """The timing locks' own directory: a sandboxed candidate may create and lock files here, and
-    nowhere else outside its scratch space (sandbox.py)."""
+    """The timing locks' own directory: only the evaluating processes and the reference's workers
+    open it; a sandboxed candidate can neither read nor write it (sandbox.py)."""
     return Path(os.environ.get("CUDAAGENT_LOCK_DIR", tempfile.gettempdir())) / "cudaagent-locks"
 
 
@@ -95,11 +95,17 @@ def _hold_work_exclusively(work_handle, turnstile_handle, wait_s: float) -> bool
 
 
 @contextmanager
-def device_lock(device: str, quiet_wait_s: float = 30.0):
+def device_lock(device: str, quiet_wait_s: float = 30.0, on_behalf_of: int | None = None):
     """Held for the whole of a timing: no other timing, and no untimed work of ours
     (`device_work`) unless that did not end within `quiet_wait_s` (TimingConfig.quiet_wait_s;
-    DeviceHold.quiet is then False). With CUDAAGENT_LOCK_LOG set, each hold is logged as
-    `device holder acquired_ns released_ns` so a run can show that timings never overlapped."""
+    DeviceHold.quiet is then False). The one place the timing lock is acquired: the evaluating
+    process takes it on a candidate's worker's behalf (`on_behalf_of`: that process's pid), since
+    a candidate that could open the lock directory could hold every other timing of the machine.
+    The timed process (this one, or `on_behalf_of` and its descendants) is on the device's
+    reserved CPUs for the hold (host_quiet.timed_hold).
+    With CUDAAGENT_LOCK_LOG set, each hold is logged as `device holder acquired_ns released_ns`
+    (holder `pid-token`, or `pid-token>worker_pid` on a worker's behalf) so a run can show that
+    timings never overlapped."""
     path = lock_path(device)
     path.parent.mkdir(parents=True, exist_ok=True)
     work, turnstile = _work_paths(device)
@@ -110,7 +116,9 @@ def device_lock(device: str, quiet_wait_s: float = 30.0):
         held = _timing_here.__dict__.setdefault("devices", set())
         held.add(device)
         try:
-            with timed_hold(device):  # the holder alone on its reserved cores (host_quiet.py)
+            # The timed process alone on its reserved cores (host_quiet.py): this one, or the
+            # worker it holds the lock for, with whatever that started.
+            with timed_hold(device, pid=on_behalf_of):
                 yield DeviceHold(path, quiet)
         finally:
             held.discard(device)
@@ -121,7 +129,8 @@ def device_lock(device: str, quiet_wait_s: float = 30.0):
             log = os.environ.get("CUDAAGENT_LOCK_LOG")
             if log:
                 with open(log, "a") as log_handle:
-                    log_handle.write(f"{device_key(device)} {holder_id()} {acquired_ns} {released_ns}\n")
+                    holder = holder_id() if on_behalf_of is None else f"{holder_id()}>{on_behalf_of}"
+                    log_handle.write(f"{device_key(device)} {holder} {acquired_ns} {released_ns}\n")
 
 
 def holder_id() -> str:

@@ -9,9 +9,11 @@ from collections.abc import Callable
 
 import torch
 
+from . import output_memory
+from . import tensor_trees as trees
 from .compare import as_output_list, describe, same_values
 from .result import Violation
-from .shared_tensors import shared_copy
+from .shared_tensors import shared_copy, shared_empty
 
 # Bytes of device copies kept per evaluation: of the inputs around one correctness call
 # (device_snapshot), of the outputs held until check_held (held_copies). Beyond them, host copies.
@@ -36,7 +38,7 @@ def inspect_outputs(outputs: object, inputs: list, device: str,
     timer.OutputCopies; the worker brings them over after the loop)."""
     values = as_output_list(outputs)
     violations, copies = [], []
-    input_storages = {_storage_pointer(t) for t in inputs if isinstance(t, torch.Tensor)}
+    input_storages = {_storage_pointer(t) for t in trees.tensors(inputs)}
     for position, value in enumerate(values):
         if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor:
             # A subclass may compute lazily when compared or fake its values: never convert it.
@@ -48,13 +50,24 @@ def inspect_outputs(outputs: object, inputs: list, device: str,
                 violations.append(Violation("output_type", f"output {position} is on {value.device}, expected {device}"))
             if value.numel() and _storage_pointer(value) in input_storages:
                 violations.append(Violation("output_alias", f"output {position} shares memory with an input"))
+            kind = output_memory.device_memory_kind(value)
+            if kind is not None:
+                violations.append(Violation(output_memory.RULE, f"output {position} is in {kind}, not the device's own "
+                                            "memory: a host thread can write it after forward returned"))
             lent = into[position] if into is not None and position < len(into) else None
-            if copy_with is not None:
-                copies.append(copy_with(value))
-            elif type(lent) is torch.UntypedStorage and lent.nbytes() == value.nbytes:
-                copies.append(torch.empty(0, dtype=value.dtype).set_(lent, 0, value.shape).copy_(value.detach()))
-            else:
-                copies.append(shared_copy(value))
+            try:
+                if copy_with is not None:
+                    copies.append(copy_with(value))
+                elif type(lent) is torch.UntypedStorage and lent.nbytes() == value.nbytes:
+                    copies.append(output_memory.copy_into(torch.empty(0, dtype=value.dtype).set_(lent, 0, value.shape),
+                                                          value))
+                else:
+                    copies.append(_host_copy(value))
+            except output_memory.UnreadableOutput as unreadable:
+                violations.append(Violation(output_memory.RULE, f"output {position} is memory this process cannot "
+                                            f"read ({unreadable}): its values would be computed when first read, after "
+                                            "the clock stopped"))
+                copies.append(None)
         elif type(value) in PLAIN_VALUES:
             copies.append(value)
         else:
@@ -64,29 +77,56 @@ def inspect_outputs(outputs: object, inputs: list, device: str,
     return {"outputs": copies, "output_types": [describe(v) for v in values], "violations": violations}
 
 
+def _host_copy(value: torch.Tensor) -> torch.Tensor:
+    """A copy in shared memory; a CPU output's read through the kernel (output_memory.py)."""
+    if value.device.type != "cpu":
+        return shared_copy(value)
+    return output_memory.copy_into(shared_empty(value.shape, value.dtype), value)
+
+
 def device_snapshot(inputs: list) -> list:
-    """Copies of the tensors among `inputs`, where they are, with their metadata (None for the
-    rest, and for every one beyond SNAPSHOT_BUDGET_BYTES or the device's memory: `unchanged`
-    then says changed, and the input travels as before)."""
-    tensors = [value for value in inputs if type(value) is torch.Tensor]
-    if sum(value.nbytes for value in tensors) > SNAPSHOT_BUDGET_BYTES:
-        return [None] * len(inputs)
+    """Copies of each input's tensors (a tensor, or the tensors nested in a list, tuple or dict:
+    tensor_trees.py), where they are, with their metadata and the input itself (None for an input
+    without tensors or with any other kind of tensor, and for every one beyond
+    SNAPSHOT_BUDGET_BYTES or the device's memory: `unchanged` then says changed, and the input
+    travels as before)."""
+    snapshots: list = [None] * len(inputs)
+    if sum(value.nbytes for value in trees.tensors(inputs) if type(value) is torch.Tensor) > SNAPSHOT_BUDGET_BYTES:
+        return snapshots
     try:
-        return [(value.detach().clone(), value.shape, value.stride(), value.dtype, value.storage_offset())
-                if type(value) is torch.Tensor else None for value in inputs]
+        for position, value in enumerate(inputs):
+            held = trees.tensors(value)
+            if held and all(type(tensor) is torch.Tensor for tensor in held):
+                # The containers copied too: forward may append to a list it was given.
+                structure = trees.map_tensors(lambda tensor: tensor, value)
+                snapshots[position] = (structure, [_tensor_snapshot(tensor) for tensor in held])
     except torch.OutOfMemoryError:
         return [None] * len(inputs)
+    return snapshots
+
+
+def _tensor_snapshot(tensor: torch.Tensor) -> tuple:
+    return tensor.detach().clone(), tensor.shape, tensor.stride(), tensor.dtype, tensor.storage_offset()
 
 
 def unchanged(snapshot: tuple | None, value: object) -> bool:
-    """Whether the tensor `value` still has the metadata and bytes `snapshot` took of it (False
-    without a snapshot, and for anything but a tensor: it travels back and the evaluator compares)."""
-    if snapshot is None or type(value) is not torch.Tensor:
+    """Whether the input `value` still holds the tensors, with the metadata and bytes, that
+    `snapshot` took of it, in the same containers (False without a snapshot: it travels back and
+    the evaluator compares)."""
+    if snapshot is None:
         return False
-    copy, shape, stride, dtype, offset = snapshot
-    if (value.shape, value.stride(), value.dtype, value.storage_offset()) != (shape, stride, dtype, offset):
+    was, copies = snapshot
+    now = trees.tensors(value)
+    if not trees.same_structure(was, value) or len(now) != len(copies):
         return False
-    return same_values(copy, value.detach())
+    for tensor, (copy, shape, stride, dtype, offset) in zip(now, copies, strict=True):
+        if type(tensor) is not torch.Tensor:
+            return False
+        if (tensor.shape, tensor.stride(), tensor.dtype, tensor.storage_offset()) != (shape, stride, dtype, offset):
+            return False
+        if not same_values(copy, tensor.detach()):
+            return False
+    return True
 
 
 def held_copies(outputs: object, state: dict) -> list:

@@ -100,6 +100,9 @@ class Result:
     # seed answers otherwise: an RNN's self.hidden): the candidate's calls were compared with
     # the reference's at the same positions, its timed outputs not at all (warning stateful_reference).
     stateful_reference: bool = False
+    # The candidate's timed calls as the evaluating process saw them from outside its worker
+    # (outside_view.Account): wall_ms, samples_ms, unaccounted_ms, allowed_ms, new_threads_cpu_ms.
+    timed_request: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -28,7 +28,6 @@ from pathlib import Path
 
 from .config import SANDBOX_READ_PATHS, SandboxLimits
 from .fd_wait import readable
-from .locks import lock_dir
 
 # Pieces `--require-sandbox` insists on. "process_limit" is a cgroup's pids.max or, for a user
 # other than root, RLIMIT_NPROC (the kernel never applies RLIMIT_NPROC to root); for root without
@@ -78,9 +77,6 @@ class Sandbox:
         build_dir.mkdir(parents=True, exist_ok=True)  # must exist before a Landlock rule can name it
         scratch = Path(tempfile.mkdtemp(prefix="cudaagent-scratch-"))
         (scratch / "tmp").mkdir()
-        lock_dir().mkdir(parents=True, exist_ok=True)  # the timing locks, shared with the evaluator
-        if os.environ.get("CUDAAGENT_LOCK_LOG"):
-            Path(os.environ["CUDAAGENT_LOCK_LOG"]).touch()
         sandbox = cls(scratch, build_dir, [str(p) for p in readable], limits, int(memory_cap_gb * limits.memory_headroom * 1024**3))
         sandbox.cgroup_dirs, sandbox.cgroup_kind, sandbox.cgroup_error = _make_cgroup(
             scratch.name, limits.processes, sandbox.memory_bytes)
@@ -93,14 +89,11 @@ class Sandbox:
         cache = self.build_dir / "cache"
         return {"HOME": str(self.scratch), "TMPDIR": str(self.scratch / "tmp"),
                 "XDG_CACHE_HOME": str(cache), "TRITON_CACHE_DIR": str(cache / "triton"),
-                "CUDA_CACHE_PATH": str(cache / "nv"), "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-                # the evaluator's, not one under the candidate's TMPDIR: one timing at a time
-                "CUDAAGENT_LOCK_DIR": str(lock_dir().parent)}
+                "CUDA_CACHE_PATH": str(cache / "nv"), "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor")}
 
     def spec(self, enabled: bool, require: bool) -> dict:
         return {"enabled": enabled, "require": require, "scratch": str(self.scratch),
                 "writable": [str(self.scratch), str(self.build_dir)], "readable": self.readable,
-                "locks": str(lock_dir()), "lock_log": os.environ.get("CUDAAGENT_LOCK_LOG", ""),
                 "cgroup_dirs": [str(d) for d in self.cgroup_dirs], "cgroup_kind": self.cgroup_kind,
                 "cgroup_error": self.cgroup_error,
                 "limits": vars(self.limits)}
@@ -201,7 +194,7 @@ _SYS_CAPSET, _SYS_LANDLOCK_CREATE, _SYS_LANDLOCK_ADD, _SYS_LANDLOCK_RESTRICT = 1
 
 # Landlock rights (linux/landlock.h); which exist depends on the kernel's ABI version.
 _FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
-_FS_MAKE_REG, _FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 8, 1 << 14, 1 << 15
+_FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 14, 1 << 15
 _FS_FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
 _FS_READ = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
 _NET_BIND_TCP, _NET_CONNECT_TCP = 1, 2
@@ -248,7 +241,7 @@ def confine(settings: dict, run, prepare=None) -> None:
     the GPU driver is initialised there, since under Landlock it does not start (error 304 on the
     H100 machine, benchmark/experiments/sandbox_layers.py); the candidate's code runs only after."""
     started = time.perf_counter()
-    report = {"enabled": bool(settings["enabled"]), "errors": []}
+    report = {"enabled": bool(settings["enabled"]), "errors": [], "pid": os.getpid()}
     if not settings["enabled"] or sys.platform != "linux":
         if prepare is not None:
             prepare()
@@ -272,6 +265,8 @@ def confine(settings: dict, run, prepare=None) -> None:
         if readable(alive_read, 0):  # it died before PDEATHSIG was armed
             os._exit(1)
         os.close(alive_read)
+        # As the evaluator's /proc names this process (the private /proc mounted next names it 1).
+        report["pid"] = _pid_outside()
         _private_mounts(libc, report)
         os.chdir(settings["scratch"])
         if prepare is not None:
@@ -296,6 +291,14 @@ def confine(settings: dict, run, prepare=None) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _pid_outside() -> int:
+    """This process's id in the PID namespace of the /proc mounted now (NSpid's first field)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("NSpid:"):
+            return int(line.split()[1])
+    return os.getpid()
 
 
 def _exit_as(child: int, process_limit: int | None = None) -> None:
@@ -429,11 +432,10 @@ def _apply_landlock(libc, settings: dict, report: dict) -> int | bool:
                 for path in glob.glob(pattern):
                     _allow(libc, ruleset, path, _FS_READ_FILE | _FS_WRITE_FILE | _FS_IOCTL_DEV)
             writable = [*settings["writable"], "/dev/shm"] if report.get("private_proc") else settings["writable"]
+            # Nothing else: the timing locks are taken by the evaluating process on the candidate's
+            # behalf (locks.device_lock), so no directory is writable by two candidates.
             for path in writable:
                 _allow(libc, ruleset, path, handled_fs)
-            # Lock files: create, open and lock; never remove or replace one (that would end the lock).
-            _allow(libc, ruleset, settings["locks"], _FS_READ_FILE | _FS_WRITE_FILE | _FS_MAKE_REG)
-            _allow(libc, ruleset, settings["lock_log"], _FS_WRITE_FILE)
             _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
             _check(libc.syscall(_SYS_LANDLOCK_RESTRICT, ruleset, ctypes.c_uint32(0)), "landlock_restrict_self")
         finally:

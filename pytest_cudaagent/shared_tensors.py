@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from .tensor_trees import map_tensors, tensors
+
 
 def shared_empty(shape: torch.Size | tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """An uninitialised contiguous CPU tensor whose storage is shared memory (empty ones travel
@@ -24,8 +26,14 @@ def shared_empty(shape: torch.Size | tuple[int, ...], dtype: torch.dtype) -> tor
 
 
 def shared_copy(value: object) -> object:
-    """A contiguous host copy of a tensor (on any device) in shared memory; anything else as is.
-    The copy from a device waits for it, as `.to("cpu")` does."""
+    """A contiguous host copy of a tensor (on any device) in shared memory, and of every tensor
+    nested in a list, tuple or dict (tensor_trees.py: torch would otherwise move a nested one's
+    own storage into shared memory to send it, and sender and receiver would share it); anything
+    else as is. The copy from a device waits for it, as `.to("cpu")` does."""
+    return map_tensors(_shared_tensor_copy, value)
+
+
+def _shared_tensor_copy(value: torch.Tensor) -> torch.Tensor:
     if type(value) is not torch.Tensor:
         return value
     copy = shared_empty(value.shape, value.dtype)
@@ -56,7 +64,10 @@ class SharedBufferPool:
         return free.pop() if free else shared_empty(like.shape, like.dtype)
 
     def copy_of(self, value: object) -> object:
-        """`value` copied into a lent buffer (a tensor), or as is."""
+        """`value` copied into lent buffers (a tensor, or each tensor nested in it), or as is."""
+        return map_tensors(self._tensor_copy, value)
+
+    def _tensor_copy(self, value: torch.Tensor) -> torch.Tensor:
         if type(value) is not torch.Tensor:
             return value
         buffer = self.take(value)
@@ -64,6 +75,6 @@ class SharedBufferPool:
         return buffer
 
     def give_back(self, values: list) -> None:
-        for value in values:
+        for value in tensors(values):
             if type(value) is torch.Tensor and value.is_shared():
                 self._free.setdefault(self._key(value), []).append(value)

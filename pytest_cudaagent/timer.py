@@ -18,6 +18,7 @@ import torch
 
 from .config import TimingConfig
 from .l2_persistence import persistence_guard
+from .tensor_trees import map_tensors, nbytes, refill
 
 _perf_counter_ns = time.perf_counter_ns
 
@@ -28,6 +29,10 @@ class Clock:
     def __init__(self, device: str):
         self.device = device
         self.now_ns = _perf_counter_ns
+        # The last timed call's host clock readings (CLOCK_MONOTONIC ns, the clock every process
+        # of the machine reads): the evaluating process checks them against its own
+        # (outside_view.py), since everything here is within a candidate's reach.
+        self.last_span_ns = (0, 0)
         if device == "cuda":
             # The C-level event type and functions: a candidate can rebind torch.cuda.Event or
             # torch.cuda.synchronize, but not methods of a builtin type.
@@ -60,16 +65,20 @@ class Clock:
         if self.device != "cuda":
             start = self.now_ns()
             output = call()
-            return (self.now_ns() - start) / 1e6, None, output
+            end = self.now_ns()
+            self.last_span_ns = (start, end)
+            return (end - start) / 1e6, None, output
         start_event = self._event_type(enable_timing=True)
         stream_end_event = self._event_type(enable_timing=True)
         end_event = self._event_type(enable_timing=True)
+        start = self.now_ns()
         self._record(start_event, self._stream)
         output = call()
         self._record(stream_end_event, self._stream)
         self._device_sync()
         self._record(end_event, self._stream)
         self._event_sync(end_event)
+        self.last_span_ns = (start, self.now_ns())
         return self._elapsed(start_event, end_event), self._elapsed(start_event, stream_end_event), output
 
 
@@ -84,19 +93,17 @@ class Measurement:
     launch_overlapped: bool = False  # the host launched while the flush ran (see TimingConfig)
 
 
-def _tensor_slots(inputs: Sequence[object]) -> list[int]:
-    return [i for i, value in enumerate(inputs) if isinstance(value, torch.Tensor)]
-
-
 def load_content(buffers: list[object], content: Sequence[object]) -> None:
-    for index in _tensor_slots(content):
-        buffers[index].copy_(content[index])
+    """Each input of `buffers` refilled with `content`'s, tensors nested in lists, tuples and
+    dicts included (tensor_trees.py): the buffer's tensors get the new values, in the content's
+    structure."""
+    for index, value in enumerate(content):
+        buffers[index] = refill(buffers[index], value)
 
 
 def input_buffers(content_sets: Sequence[Sequence[object]]) -> list[list[object]]:
     """One private buffer set per content set: the calls run on these, refilled between calls."""
-    return [[value.clone() if isinstance(value, torch.Tensor) else value for value in content]
-            for content in content_sets]
+    return [[map_tensors(torch.Tensor.clone, value) for value in content] for content in content_sets]
 
 
 def _sample_count(per_call_ms: float, config: TimingConfig, sets: int) -> int:
@@ -128,13 +135,11 @@ def staged_on_device(input_sets: Sequence[Sequence[object]], output_bytes: int, 
     (`timed_call_overhead --gaps`), so candidate and baselines must both be timed back to back."""
     if device != "cuda" or not input_sets:
         return None
-    needed = sum(value.numel() * value.element_size() for content in input_sets for value in content
-                 if isinstance(value, torch.Tensor)) + output_bytes * len(input_sets)
+    needed = sum(nbytes(content) for content in input_sets) + output_bytes * len(input_sets)
     free_bytes, _ = torch.cuda.mem_get_info()
     if needed > free_bytes // 2:
         return None
-    return [[value.to(device) if isinstance(value, torch.Tensor) else value for value in content]
-            for content in input_sets]
+    return [[map_tensors(lambda tensor: tensor.to(device), value) for value in content] for content in input_sets]
 
 
 class OutputCopies:

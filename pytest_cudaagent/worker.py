@@ -74,16 +74,18 @@ def serve_requests(conn, handlers: dict) -> None:
 
 
 def _to_device(values, device: str):
-    import torch
+    """Each input on `device`, tensors nested in lists, tuples and dicts included."""
+    from .tensor_trees import map_tensors
 
-    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+    return [map_tensors(lambda tensor: tensor.to(device), value) for value in values]
 
 
 def _pristine(values: list) -> list:
-    """Private copies of a set's inputs for one more call (a model may write into its inputs)."""
-    import torch
+    """Private copies of a set's inputs for one more call (a model may write into its inputs),
+    tensors nested in lists, tuples and dicts included."""
+    from .tensor_trees import map_tensors
 
-    return [v.clone() if type(v) is torch.Tensor else v for v in values]
+    return [map_tensors(lambda tensor: tensor.clone(), value) for value in values]
 
 
 def _to_cpu(values):
@@ -136,9 +138,10 @@ def _input_after(now, lent):
 
 
 def _tensor_bytes(values) -> int:
-    import torch
+    """The bytes of every tensor in `values`, nested ones included (tensor_trees.py)."""
+    from .tensor_trees import nbytes
 
-    return sum(value.numel() * value.element_size() for value in values if isinstance(value, torch.Tensor))
+    return nbytes(list(values))
 
 
 def _to_send(values):
@@ -197,6 +200,38 @@ def _only_cpu_and_cuda() -> bool:
                 or torch._C._get_privateuse1_backend_name() != "privateuseone")
 
 
+def timed_calls(timer, call_on, buffers: list, timed_inputs: list, seeds: list[int], overlap: bool, device: str,
+                copies=None) -> dict:
+    """One timed call per input set, each loaded into a rotating buffer, seeded, flushed and
+    timed (timer.Timer.timed_call), its outputs copied right after it: into `copies`
+    (timer.OutputCopies: a slab on the device when staged, on the host on the CPU), else to the
+    host. The candidate's timed loop, and the same loop on the reference's worker with a call
+    that does nothing, from which the evaluator learns what the loop costs around the calls
+    (outside_view.LoopCost). Each set is dropped once loaded."""
+    from .outputs import inspect_outputs
+    from .timer import load_content
+
+    samples, stamps, outputs, violations = [], [], [], []
+    for call_index, seed in enumerate(seeds):
+        buffer = buffers[call_index % len(buffers)]
+        inputs, timed_inputs[call_index] = timed_inputs[call_index], None
+        load_content(buffer, _to_device(inputs, device))
+        del inputs
+        _seed_all(seed)
+        elapsed_ms, output = timer.timed_call(call_on(buffer), overlap)
+        samples.append(elapsed_ms)
+        stamps.append(list(timer.clock.last_span_ns))
+        report = inspect_outputs(output, [], device, copy_with=copies.copy if copies is not None else None)
+        # Dropped before the next call, so the next call's output can take this one's memory:
+        # held, the copy just made takes the previous output's freed block and every timed call
+        # allocates fresh pages (page faults timed as the candidate's: an honest F.leaky_relu
+        # timed 3x eager's time on the CPU, 18x sandboxed).
+        del output
+        outputs.append(report["outputs"])
+        violations += report["violations"]
+    return {"samples_ms": samples, "stamps_ns": stamps, "outputs": outputs, "violations": violations}
+
+
 # ----------------------------------------------------------------------------------------------
 # Reference worker
 
@@ -210,8 +245,9 @@ def reference_main(conn, spec: dict) -> None:
     from .config import EvalConfig
     from .conventions import get_convention, training_mode_hint
     from .files import import_file
+    from .host_quiet import fit_timed_threads
     from .locks import device_lock, device_work
-    from .timer import Clock, Timer
+    from .timer import Clock, OutputCopies, Timer, input_buffers, staged_on_device
 
     config = EvalConfig.from_dict(spec["config"])
     convention = get_convention(config.convention)
@@ -410,8 +446,50 @@ def reference_main(conn, spec: dict) -> None:
                 "launch_overlapped": measurement.launch_overlapped, "backend_settings": timed_under,
                 "quiet": hold.quiet}
 
+    def calibrate(overlap: bool, staged: bool, count: int) -> dict:
+        """What the candidate's timed loop costs around its calls, measured here where no
+        candidate code runs: the same loop (timed_calls) over the warm-up sets, `staged` as the
+        candidate's were (or not, where they do not fit here: that loop costs more), with a call
+        that returns the recorded outputs and does nothing else. The evaluator holds the timing
+        lock meanwhile and times this request with its own clock (outside_view.py); `setup_ns` is
+        what came before the loop, `loop_cpu_ns` this thread's CPU time in the loop. Without
+        device memory for it (the candidate's worker holds its staged sets meanwhile),
+        `unmeasured` says so. On the CPU, with torch's threads fitted to the reserved cores the
+        evaluator moved this process onto, as the candidate's are (host_quiet.fit_timed_threads)."""
+        threads_before = fit_timed_threads(device)
+        try:
+            return measure_loop(overlap, staged, count)
+        except torch.OutOfMemoryError as error:
+            return {"unmeasured": f"no device memory to measure the timed loop's own cost ({str(error)[:200]})"}
+        finally:
+            if threads_before is not None:
+                torch.set_num_threads(threads_before)
+            if device.startswith("cuda"):
+                torch.cuda.empty_cache()  # its flush buffer and staged sets back to the device, for the candidate
+
+    def measure_loop(overlap: bool, staged: bool, count: int) -> dict:
+        began = time.perf_counter_ns()
+        warm_sets = state["sets"][config.trials:]
+        picked = [warm_sets[index % len(warm_sets)] for index in range(count)]
+        answer = _to_device(picked[0]["outputs"], device)
+        output_nbytes = [value.numel() * value.element_size() for value in answer if isinstance(value, torch.Tensor)]
+        timed = staged_on_device([chosen["inputs"] for chosen in picked], sum(output_nbytes), device) if staged else None
+        # Into a slab on the CPU too, as the candidate's copies are (stage).
+        copies = OutputCopies(output_nbytes, count, device) if timed is not None or device == "cpu" else None
+        timer = Timer(Clock(device), config.timing_config)
+        timer.flush_cache()  # its pages in place, as the candidate's are after its warm-up
+        buffers = input_buffers([_to_device(chosen["inputs"], device) for chosen in warm_sets])
+        setup_ns = time.perf_counter_ns() - began
+        loop_cpu_ns = time.thread_time_ns()
+        with torch.no_grad():
+            loop = timed_calls(timer, lambda buffer: lambda: answer, buffers,
+                               timed if timed is not None else [chosen["inputs"] for chosen in picked],
+                               [chosen["seed"] for chosen in picked], overlap, device, copies)
+        return {"samples_ms": loop["samples_ms"], "stamps_ns": loop["stamps_ns"], "setup_ns": setup_ns,
+                "loop_cpu_ns": time.thread_time_ns() - loop_cpu_ns}
+
     serve_requests(conn, {"sizes": sizes, "prepare": prepare, "fresh_sets": fresh_sets,
-                          "repeats_itself": repeats_itself, "baseline": baseline})
+                          "repeats_itself": repeats_itself, "baseline": baseline, "calibrate": calibrate})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -428,9 +506,11 @@ CANDIDATE_REPLY_KEYS = {
     "forward": frozenset({"outputs", "violations", "inputs_after", "findings", "precision"}),
     "check_held": frozenset({"reused"}),
     "warm": frozenset({"per_call_ms", "device_ms", "device_busy_ms", "kernel_names", "own_kernel_names",
-                       "launch_overlapped", "quiet", "findings", "precision"}),
-    "time": frozenset({"samples_ms", "quiet", "timed_outputs", "audited_outputs", "audited_ms",
-                       "audited_operators", "audited_python_calls", "findings", "precision", "backend_settings"}),
+                       "launch_overlapped", "findings", "precision"}),
+    "stage": frozenset({"staged"}),
+    "time": frozenset({"samples_ms", "stamps_ns", "violations"}),
+    "audit": frozenset({"timed_outputs", "audited_outputs", "audited_ms", "audited_operators", "audited_python_calls",
+                        "findings", "precision", "backend_settings"}),
 }
 
 
@@ -439,10 +519,10 @@ def candidate_main(conn, spec: dict) -> None:
     from .sandbox import confine, missing
 
     def serve(report: dict) -> None:
-        # The first message, sent before any of the candidate's code runs, so it cannot be forged.
-        conn.send({"kind": "sandbox", **report})
-        if not (spec["sandbox"]["require"] and missing(report)):
-            serve_candidate(conn, spec)
+        if spec["sandbox"]["require"] and missing(report):
+            conn.send({"kind": "sandbox", **report})
+        else:
+            serve_candidate(conn, spec, report)
 
     confine(spec["sandbox"], serve, prepare=lambda: open_gpu(spec["device"]))
 
@@ -459,7 +539,21 @@ def open_gpu(device: str) -> None:
     torch.empty(1, device=device)  # the device's context, made before any of the candidate's code
 
 
-def serve_candidate(conn, spec: dict) -> None:
+def own_threads() -> list[int]:
+    """This process's thread ids, as its own /proc lists them."""
+    return sorted(int(tid) for tid in os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else []
+
+
+def start_thread_pools() -> None:
+    """PyTorch's intra-op threads, started now rather than by the candidate's first operator:
+    threads that exist before the candidate's code is loaded are the harness's, and only the
+    others are held to the rule that no thread works between timed calls (outside_view.py)."""
+    import torch
+
+    torch.ones(1 << 20).sum()
+
+
+def serve_candidate(conn, spec: dict, sandbox_report: dict) -> None:
     # Imported before the candidate, so the clocks and guard references predate its code. numpy:
     # loaded now, not lazily inside a guarded forward. torch._dynamo: the first operator under a
     # TorchDispatchMode (the guard's audit) imports it (torch._compile's disable wrapper), 3.5 s
@@ -474,7 +568,7 @@ def serve_candidate(conn, spec: dict) -> None:
     from .conventions import get_convention, load_reference_weights
     from .files import Candidate, build_workspace_extension, exec_file, import_file
     from .guards import ForwardGuard
-    from .locks import device_lock, device_work
+    from .host_quiet import fit_timed_threads
     from .memory import poison_free_memory
     from .outputs import device_snapshot, held_copies, inspect_outputs, storage_changes, unchanged
     from .provenance import own_kernel_names, precision_flags
@@ -493,6 +587,10 @@ def serve_candidate(conn, spec: dict) -> None:
     guard = ForwardGuard(get_policy(config.policy), device, model_of=lambda: state.get("model"))
     clock = Clock(device)
     timer = Timer(clock, config.timing_config)
+    start_thread_pools()
+    # The first message, sent before any of the candidate's code runs, so it cannot be forged:
+    # what the sandbox applied, and the threads that are the harness's.
+    conn.send({"kind": "sandbox", **sandbox_report, "threads": own_threads()})
 
     try:
         started, started_cpu = time.perf_counter(), _cpu_seconds_with_children()
@@ -547,7 +645,7 @@ def serve_candidate(conn, spec: dict) -> None:
         state["output_nbytes"] = output_nbytes
         poison_free_memory(device, output_nbytes)
         _seed_all(seed)  # the seed the reference's call ran after
-        with torch.no_grad(), device_work(device):
+        with torch.no_grad():  # beside no timing: the evaluator holds the device's work lock meanwhile
             outputs = guard(lambda: model(*device_inputs)) if watched else model(*device_inputs)
             clock.synchronize()
         report = inspect_outputs(outputs, device_inputs, device, into=output_buffers)
@@ -572,12 +670,14 @@ def serve_candidate(conn, spec: dict) -> None:
         return {"reused": [change for held, copies in state["held_outputs"] for change in storage_changes(held, copies)]}
 
     def warm(content_sets: list) -> dict:
-        """Warm-up and profiled calls on the warm-up sets; these contents never come back."""
+        """Warm-up and profiled calls on the warm-up sets; these contents never come back. The
+        evaluator holds the device's timing lock meanwhile (as for stage and time)."""
+        fit_timed_threads(device)  # timed from now on: torch's threads fit the reserved cores (CPU)
         state["held_outputs"].clear()
         state["held_on_device_bytes"] = 0
         model = state["model"]
         state["buffers"] = buffers = input_buffers([_to_device(content, device) for content in content_sets])
-        with torch.no_grad(), device_lock(device, config.timing_config.quiet_wait_s) as hold:
+        with torch.no_grad():
             per_call_ms = timer.warm_up(lambda buffer: lambda: model(*buffer), buffers)
             profiled = timer.profile(model, buffers, guard, per_call_ms)
         state["overlap"] = timer.overlaps_launch(profiled)
@@ -588,17 +688,29 @@ def serve_candidate(conn, spec: dict) -> None:
             "kernel_names": profiled.kernel_names if profiled else [],
             "own_kernel_names": own_kernel_names(candidate, sys.modules),
             "launch_overlapped": state["overlap"],
-            "quiet": hold.quiet,
             "findings": guard.findings.drain() + timer.persistence.drain(),
             "precision": sorted(guard.findings.precision | tf32_switches(configured)
                                 | precision_flags(profiled.kernel_names if profiled else [],
                                                   tf32_allowed=allows_tf32(configured))),
         }
 
-    def time_candidate(timed_sets: list[dict], audited_sets: list[dict]) -> dict:
-        """Each timed call on content no call has seen, its outputs copied right after it (outside
-        the timed region); then the audited check round, as checked as the correctness trials,
-        on fresh content too. Bare and audited calls cannot tell each other apart by content."""
+    def stage(timed_sets: list[dict]) -> dict:
+        """The timed calls' inputs, each never seen before, made ready: on the GPU all on the
+        device first when they fit, with memory for every call's output copies, so the calls run
+        back to back as the baselines' do (timer.staged_on_device, timer.OutputCopies)."""
+        staged = staged_on_device([fresh["inputs"] for fresh in timed_sets], sum(state["output_nbytes"]), device)
+        state["timed"] = staged if staged is not None else [fresh["inputs"] for fresh in timed_sets]
+        state["timed_seeds"] = [fresh["seed"] for fresh in timed_sets]
+        # On the CPU too the copies go into that slab: a shared-memory copy per call left glibc
+        # handing the next call's output fresh pages, faulted in inside its timed region (an
+        # identity leaky ReLU on 256x512 at 0.05-0.2x of eager; README, "What a timed call includes").
+        state["copies"] = (OutputCopies(state["output_nbytes"], len(timed_sets), device)
+                           if staged is not None or device == "cpu" else None)
+        return {"staged": staged is not None}
+
+    def time_candidate() -> dict:
+        """Each staged set in one timed call, its outputs copied right after it (outside the
+        timed region). Nothing else in this request: the evaluator times it with its own clock."""
         model, buffers = state["model"], state["buffers"]
         timed_run = guard.light() if config.timing_config.audit_timed_calls else None
 
@@ -607,42 +719,24 @@ def serve_candidate(conn, spec: dict) -> None:
                 return lambda: model(*buffer)
             return lambda: timed_run(lambda: model(*buffer))
 
-        samples, timed_outputs, violations = [], [], []
-        # On the GPU the calls run back to back as the baselines' do: inputs staged first,
-        # outputs copied on the device into memory taken before the first call (no allocation of
-        # ours between the candidate's calls, timer.OutputCopies), brought to the host after the
-        # last call (timer.staged_on_device says what the bus in between cost). On the CPU too
-        # the copies go into that slab: a shared-memory copy per call left glibc handing the
-        # next call's output fresh pages, faulted in inside its timed region (an identity
-        # leaky ReLU on 256x512 at 0.05-0.2x of eager; README, "What a timed call includes").
-        staged = staged_on_device([fresh["inputs"] for fresh in timed_sets], sum(state["output_nbytes"]), device)
-        copies = (OutputCopies(state["output_nbytes"], len(timed_sets), device)
-                  if staged is not None or device == "cpu" else None)
-        with torch.no_grad(), device_lock(device, config.timing_config.quiet_wait_s) as hold:
-            for call_index, fresh in enumerate(timed_sets):
-                buffer = buffers[call_index % len(buffers)]
-                if staged is not None:
-                    inputs, staged[call_index] = staged[call_index], None
-                else:
-                    inputs = _to_device(fresh["inputs"], device)
-                load_content(buffer, inputs)
-                del inputs
-                _seed_all(fresh["seed"])
-                elapsed_ms, output = timer.timed_call(call_on(buffer), state["overlap"])
-                samples.append(elapsed_ms)
-                report = inspect_outputs(output, [], device, copy_with=copies.copy if copies is not None else None)
-                # Dropped before the next call, so the next call's output can take this one's
-                # memory: held, the copy just made takes the previous output's freed block and
-                # every timed call allocates fresh pages (page faults timed as the candidate's:
-                # an honest F.leaky_relu timed 3x eager's time on the CPU, 18x sandboxed).
-                del output
-                timed_outputs.append(report["outputs"])
-                violations += report["violations"]
-            if copies is not None:
-                timed_outputs = [_to_send(call_copies) for call_copies in timed_outputs]
-                del copies  # the slab they were views of
-            audited_ms, audited_outputs = [], []
-            operators_before, calls_before = guard.findings.operators_seen, guard.findings.python_calls_seen
+        with torch.no_grad():
+            loop = timed_calls(timer, call_on, buffers, state.pop("timed"), state.pop("timed_seeds"), state["overlap"],
+                               device, state["copies"])
+        state["timed_outputs"] = loop.pop("outputs")
+        return loop
+
+    def audit(audited_sets: list[dict]) -> dict:
+        """The timed calls' outputs to the evaluator, then the audited check round, as checked as
+        the correctness trials, on fresh content too. Bare and audited calls cannot tell each
+        other apart by content."""
+        model, buffers = state["model"], state["buffers"]
+        timed_outputs, copies = state.pop("timed_outputs"), state.pop("copies")
+        if copies is not None:
+            timed_outputs = [_to_send(call_copies) for call_copies in timed_outputs]
+            del copies  # the slab they were views of
+        audited_ms, audited_outputs, violations = [], [], []
+        operators_before, calls_before = guard.findings.operators_seen, guard.findings.python_calls_seen
+        with torch.no_grad():
             for call_index, fresh in enumerate(audited_sets):
                 buffer = buffers[call_index % len(buffers)]
                 load_content(buffer, _to_device(fresh["inputs"], device))
@@ -656,8 +750,6 @@ def serve_candidate(conn, spec: dict) -> None:
                 violations += report["violations"]
         audited_count = max(len(audited_sets), 1)
         return {
-            "samples_ms": samples,
-            "quiet": hold.quiet,
             "timed_outputs": timed_outputs,
             "audited_outputs": audited_outputs,
             "audited_ms": audited_ms,
@@ -668,5 +760,5 @@ def serve_candidate(conn, spec: dict) -> None:
             "backend_settings": capture().to_dict(),  # in force when it was timed
         }
 
-    serve_requests(conn, {"construct": construct, "keep_build": keep_build, "forward": forward, "check_held": check_held, "warm": warm,
-                          "time": time_candidate})
+    serve_requests(conn, {"construct": construct, "keep_build": keep_build, "forward": forward, "check_held": check_held,
+                          "warm": warm, "stage": stage, "time": time_candidate, "audit": audit})

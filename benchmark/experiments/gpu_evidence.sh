@@ -76,6 +76,16 @@ run_section() {
     # The gpu-marked tests of the files in GPU_TESTS (space-separated), e.g. those a fix touched.
     # shellcheck disable=SC2086  # one argument per file
     gpu-tests) gpu_tests ${GPU_TESTS:-tests/gpu} ;;
+    # #44: the batch and timer attacks in their GPU forms and the honest GPU code held to the same
+    # checks (each one's Result.timed_request in the passing tests' output), the output-memory
+    # check on the device, then the CPU forms on this machine's CPU backend (its sandbox and /proc).
+    batch-timer) python3 -m pytest tests/adversarial/test_batch_and_timer_gpu.py tests/evaluator/test_output_memory.py \
+                   -m gpu -v -p no:cacheprovider -rA --durations=10 -n "${TEST_WORKERS:-6}" -o faulthandler_timeout=300
+                 python3 -m pytest tests/adversarial/test_batch_and_timer.py tests/evaluator/test_outside_view.py \
+                   tests/evaluator/test_tensor_trees.py -q -p no:cacheprovider -rfE -n "${TEST_WORKERS:-6}" ;;
+    # #44: Result.timed_request of honest GPU code (launch-bound, CUDA graph, streams, milliseconds) and a cheat, repeated.
+    timed-accounting) python3 -m benchmark.experiments.timed_accounting --device cuda --repeats "${REPEATS:-3}" \
+                        --json "$OUT/timed_accounting_cuda.json" ;;
     # KernelBench's own eval beside ours (a checkout in $KERNELBENCH, default .kernelbench, carried;
     # its eval needs pydantic: carry the wheels in .whl, installed below when present).
     # DIFF_PROGRESS_FROM: the pairs file an earlier, cut-short call brought back (carried): only the rest is judged.
@@ -175,6 +185,12 @@ run_section() {
     speed-fidelity-launch-bound) python3 -m benchmark.experiments.speed_fidelity --kernelbench "${KERNELBENCH:-.kernelbench}" \
                                    --pairs benchmark/experiments/speed_fidelity_cases/launch_bound/pairs.json \
                                    --policy calibration --json "$OUT/speed_fidelity_launch_bound.json" ;;
+    # #40: what the candidate's timed path adds per operator over eager's on level 3's launch-bound outliers,
+    # per policy and with the guard on timed calls / no sandbox / no device-time profile / no reserved CPUs.
+    timed-path) for problem in 15_DenseNet121 34_VanillaRNNHidden; do
+                  python3 -m benchmark.experiments.timed_path_overhead --device cuda --repeats "${TIMED_PATH_REPEATS:-2}" \
+                    --calls 20 --problem "${KERNELBENCH:-.kernelbench}/KernelBench/level3/$problem.py"
+                done ;;
     sandbox-layers) python3 -m benchmark.experiments.sandbox_layers --json "$OUT/sandbox_layers.json" ;;
     sandbox-launches) python3 -m benchmark.experiments.sandbox_layers --launches --json "$OUT/sandbox_launches.json" ;;
     # Where a warm load_inline's seconds go (import torch, CUDA's start, the candidate's import).
@@ -317,9 +333,9 @@ run_section() {
             cp "$dir/runs/shards.md" "$OUT/" 2>/dev/null
             # Every shard's log, results, run file and pytest.log, and each count's merged leaderboard.
             tar czf "$OUT/shards-runs.tgz" -C "$dir/runs" --exclude=.bench-run --exclude=report.html . ;;
-    *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests gpu-tests-core gpu-tests-rest gpu-tests differential issue39 compat-bench speed-fidelity" \
+    *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests gpu-tests-core gpu-tests-rest gpu-tests batch-timer timed-accounting differential issue39 compat-bench speed-fidelity" \
             "l2 sandbox faults reward build-speed warm-load side-by-side baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
-            "timed-steps host-quiet-cost identity-make identity-alone identity-batched identity-kernelbench identity-report speed-fidelity-launch-bound" \
+            "timed-steps timed-path host-quiet-cost identity-make identity-alone identity-batched identity-kernelbench identity-report speed-fidelity-launch-bound" \
             "throughput-harness throughput-sequential throughput-wait throughput-report" \
             "under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report under-load-identity shards"
        return 2 ;;

@@ -18,6 +18,7 @@ from pytest_cudaagent.host_quiet import (
     record_host,
     reserved_in,
 )
+from pytest_cudaagent.locks import device_lock
 from tests.evaluator.host_quiet import targets
 from tests.helpers import QUICK_TIMING, cpu_config
 
@@ -158,6 +159,27 @@ def test_a_holder_that_dies_leaves_the_others_off_the_cores_and_the_lock_to_the_
     finally:
         other_conn.send("exit")
         other.join(10)
+
+
+@needs_two_cpus
+def test_a_lock_held_on_a_workers_behalf_moves_that_worker_and_its_threads_fit(run_env, own_cpus_kept):
+    """The evaluating process holds the lock for a candidate's worker (#44, locks.device_lock's
+    on_behalf_of): the worker, not the holder, is on the reserved cores for the hold, and back
+    after; the worker fits its own torch threads to them (host_quiet.fit_timed_threads)."""
+    reserved, untimed = run_env
+    host_quiet.untimed_worker(1)
+    worker, conn = _start(targets.timed_by_another, 1)
+    try:
+        assert _ask(conn) == untimed
+        with device_lock("cpu", on_behalf_of=worker.pid):
+            assert _ask(conn) == reserved
+            assert os.sched_getaffinity(0) == untimed  # the holder stays off them
+            conn.send("fit")
+            assert conn.poll(60) and conn.recv() == len(reserved)
+        assert _ask(conn) == untimed
+    finally:
+        conn.send("exit")
+        worker.join(10)
 
 
 @pytest.fixture

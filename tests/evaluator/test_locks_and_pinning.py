@@ -120,10 +120,11 @@ def test_untimed_work_inside_a_timing_of_the_same_thread_does_not_wait_for_itsel
         pass
 
 
-def test_the_lock_log_tells_apart_sandboxed_timers_that_share_a_pid(tmp_path, monkeypatch):
-    """Each sandboxed worker is PID 1 of its own PID namespace: the log names each process by a
-    token too, or every sandboxed timer reads as one process (the H100 run of the xdist lock test
-    did), and a gone namespace's inode is reused by the next."""
+def test_the_evaluating_process_holds_the_timing_lock_on_the_candidates_behalf(tmp_path, monkeypatch):
+    """A candidate's worker cannot open the lock directory (sandbox.py: one that could took the
+    lock at import and held every other timing, #44): the evaluating process takes the lock for
+    its warm-up and its timed calls, and the log names both it and the worker, so two
+    evaluations' holds are told apart (each sandboxed worker is PID 1 of its own namespace)."""
     from pathlib import Path
 
     from pytest_cudaagent import evaluate
@@ -138,6 +139,6 @@ def test_the_lock_log_tells_apart_sandboxed_timers_that_share_a_pid(tmp_path, mo
                for _ in range(2)]
     assert all(result.passed for result in results), [result.summary() for result in results]
     holders = [line.split()[1] for line in log.read_text().splitlines()]
-    assert len(set(holders)) >= 2, holders
-    if results[0].env["sandbox"]["pid_ns"]:
-        assert {holder.split("-")[0] for holder in holders} == {"1"}, holders  # same PID, told apart
+    assert len(holders) == 4 and all(">" in holder for holder in holders), holders  # warm-up and timed calls, twice
+    assert {holder.split(">")[0] for holder in holders} == {holder_id()}, holders
+    assert len({holder.split(">")[1] for holder in holders}) == 2, holders  # one worker per evaluation

@@ -22,7 +22,6 @@ import pytest
 from pytest_cudaagent import evaluate
 from pytest_cudaagent.evaluation import evaluate_to_result
 from pytest_cudaagent.footprints import Footprint, FootprintStore, Measures, estimate
-from pytest_cudaagent.locks import lock_dir
 from pytest_cudaagent.memory_gate import Gate
 from pytest_cudaagent.out_of_memory import asked_and_had, out_of_memory
 from tests.helpers import TEST_PROBLEMS, cpu_config
@@ -121,14 +120,14 @@ class ModelNew(nn.Module):
 
 
 @pytest.fixture
-def markers():
-    """A directory the sandboxed candidate can read (the timing locks' own: sandbox.py)."""
-    path = lock_dir() / f"oom-test-{uuid.uuid4().hex[:8]}"
+def markers(tmp_path):
+    """A directory the test shares with the candidate's and the reference's workers. No path is
+    writable by a sandboxed candidate and anyone else (README, "No path writable by two
+    candidates"), so these candidates run unsandboxed (`config`): the retry does not depend on
+    the sandbox."""
+    path = tmp_path / f"oom-test-{uuid.uuid4().hex[:8]}"
     path.mkdir(parents=True)
-    yield path
-    for child in path.iterdir():
-        child.unlink()
-    path.rmdir()
+    return path
 
 
 @pytest.fixture(autouse=True)
@@ -139,7 +138,7 @@ def private_gate(monkeypatch, tmp_path):
 
 @pytest.fixture
 def config(tmp_path):
-    return cpu_config(policy="permissive", trials=2, cache_dir=tmp_path / "cache")
+    return cpu_config(policy="permissive", trials=2, cache_dir=tmp_path / "cache", sandbox=False)  # markers
 
 
 def write(tmp_path: Path, name: str, template: str, markers: Path) -> Path:

@@ -70,7 +70,7 @@ def test_held_copies_on_the_cpu_are_private_not_the_lent_buffer():
 def test_on_the_gpu_snapshots_and_held_copies_stay_on_the_device_within_their_budget(monkeypatch):
     x = torch.randn(256, 256, device="cuda")
     before = device_snapshot([x])
-    assert before[0][0].device == x.device and unchanged(before[0], x)
+    assert before[0][1][0][0].device == x.device and unchanged(before[0], x)
     x[0, 0] = float("nan")
     assert not unchanged(before[0], x)
     state: dict = {}

@@ -14,7 +14,6 @@ import pytest
 
 from pytest_cudaagent import EvalConfig, evaluate
 from pytest_cudaagent.footprints import FootprintStore
-from pytest_cudaagent.locks import lock_dir
 from pytest_cudaagent.memory_gate import Gate
 from tests.helpers import TEST_PROBLEMS
 
@@ -22,8 +21,8 @@ pytestmark = pytest.mark.gpu
 
 SMALL_LEAKY = TEST_PROBLEMS / "small_leaky_relu.py"
 WAIT_S = 600
-# leaky_relu that asks for a 200 GiB workspace while the marker `full` is there (readable by the
-# sandboxed candidate: the timing locks' directory), leaving `asked` behind.
+# leaky_relu that asks for a 200 GiB workspace while the marker `full` is there, leaving `asked`
+# behind (unsandboxed, `config`: no path is shared by a sandboxed candidate and anyone else).
 CANDIDATE = '''
 import os
 import torch
@@ -52,17 +51,15 @@ def private_gate(monkeypatch, tmp_path):
 
 
 @pytest.fixture
-def markers():
-    path = lock_dir() / f"gpu-oom-test-{uuid.uuid4().hex[:8]}"
+def markers(tmp_path):
+    path = tmp_path / f"gpu-oom-test-{uuid.uuid4().hex[:8]}"
     path.mkdir(parents=True)
-    yield path
-    for child in path.iterdir():
-        child.unlink()
-    path.rmdir()
+    return path
 
 
 def config(tmp_path) -> EvalConfig:
-    return EvalConfig(device="cuda", policy="permissive", timing=False, trials=2, cache_dir=tmp_path / "cache")
+    return EvalConfig(device="cuda", policy="permissive", timing=False, trials=2, cache_dir=tmp_path / "cache",
+                      sandbox=False)
 
 
 def test_cudas_out_of_memory_while_another_evaluation_shares_the_gpu_is_retried_alone_and_passes(

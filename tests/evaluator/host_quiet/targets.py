@@ -44,3 +44,22 @@ def holder(conn, reserved: int) -> None:
     conn.send(("released", thread_cpus(os.getpid()), thread_cpus(child.pid)))
     child.kill()
     conn.recv()
+
+
+def timed_by_another(conn, reserved: int) -> None:
+    """A candidate's worker, whose timing lock another process holds on its behalf: reports its
+    threads' CPUs on each request; on "fit", fits torch's threads as before its warm-up and
+    reports their count."""
+    import torch
+
+    from pytest_cudaagent.host_quiet import fit_timed_threads
+
+    torch.set_num_threads(max(2, torch.get_num_threads()))  # more than the reserved core
+    torch.ones(1 << 20).sum()  # its intra-op threads started
+    untimed_worker(reserved)
+    while (request := conn.recv()) != "exit":
+        if request == "fit":
+            fit_timed_threads("cpu")
+            conn.send(torch.get_num_threads())
+        else:
+            conn.send(thread_cpus(os.getpid()))
