@@ -115,6 +115,7 @@ def verdicts(results: list[Path]) -> dict[tuple[str, str], tuple]:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("shard-runs")  # one worker evaluates the module's runs once (tox: --dist loadgroup)
 def test_merged_shards_give_the_unsharded_leaderboard_byte_for_byte(runs, tmp_path):
     single, sharded = runs
     assert run_cli(["leaderboard", str(single / "results.jsonl"), "--out", str(tmp_path / "single")]) == 0
@@ -134,6 +135,7 @@ def test_merged_shards_give_the_unsharded_leaderboard_byte_for_byte(runs, tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("shard-runs")  # one worker evaluates the module's runs once (tox: --dist loadgroup)
 def test_a_missing_shard_is_named_and_the_merge_exits_1(runs, tmp_path, capsys):
     _, sharded = runs
     given = [str(sharded[3][index] / "results.jsonl") for index in (0, 2)]
@@ -147,6 +149,7 @@ def test_a_missing_shard_is_named_and_the_merge_exits_1(runs, tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("shard-runs")  # one worker evaluates the module's runs once (tox: --dist loadgroup)
 def test_resume_goes_on_per_shard_and_refuses_another_shard(runs, problem_set, capsys):
     _, sharded = runs
     out = sharded[2][0]
