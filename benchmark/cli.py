@@ -41,6 +41,16 @@ def _handler(name: str):
     return run
 
 
+def _shard(text: str):
+    """--shard I/N, checked while the arguments are parsed (before anything loads torch)."""
+    from .shards import parse_shard
+
+    try:
+        return parse_shard(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("--shard ")) from None
+
+
 def _add_problem_selection(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("problems (default: the bundled examples)")
     group.add_argument("--kernelbench", metavar="PATH",
@@ -67,6 +77,10 @@ def register_bench(subparsers) -> None:
                              "(default: examples/candidates/cuda on a GPU, else examples/candidates/cpu)")
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument("--out", default="bench-out", metavar="DIR", help="output directory (default bench-out)")
+    parser.add_argument("--shard", type=_shard, metavar="I/N",
+                        help="evaluate only shard I of N (0 <= I < N): the problems whose name hashes to I, "
+                             "with all their candidates; one host each, merged by `cudaagent leaderboard` "
+                             "(docs/multi-node.md)")
     parser.add_argument("--resume", action="store_true", help="skip pairs already in OUT/results.jsonl")
     parser.add_argument("--overwrite", action="store_true", help="discard OUT/results.jsonl and start again")
     parser.add_argument("--workers", type=int, metavar="N",
@@ -105,8 +119,11 @@ def register_leaderboard(subparsers) -> None:
     parser = subparsers.add_parser(
         "leaderboard", help="fast_p, speedups and rewards per run and level from results JSONL files",
         description="Reads results written by `cudaagent bench` (one JSONL per run; several runs "
-                    "are shown side by side with the problems that changed).")
-    parser.add_argument("results", nargs="+", help="results.jsonl files, one per run")
+                    "are shown side by side with the problems that changed). The shard files of one "
+                    "`bench --shard I/N` run are merged into one run: shards of different settings "
+                    "are refused (exit 2), a missing shard or pair is named (exit 1, the leaderboard "
+                    "still written).")
+    parser.add_argument("results", nargs="+", help="results.jsonl files, one per run (or per shard)")
     parser.add_argument("--out", metavar="DIR",
                         help="write leaderboard.md, leaderboard.csv, problems.csv and report.html here "
                              "(default: print the markdown)")

@@ -36,6 +36,7 @@ from .batch import (
 from .kernelbench import EXAMPLES_PROBLEMS, Problem, load_flat, load_kernelbench, select
 from .leaderboard import Leaderboard, to_markdown
 from .reports import write_reports
+from .shards import Shard, problem_key, read_run_file, shard_of, shard_of_run, write_run_file
 from .solutions import pair_solutions
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -176,6 +177,7 @@ def run_bench(args) -> int:
         pairing = pair_solutions(problems, candidates)
     except FileNotFoundError as error:
         raise UsageError(str(error)) from None
+    keys = {problem.path: problem_key(problem.level, problem.name) for problem in problems}
     if pairing.unmatched:
         console.print(f"[yellow]{len(pairing.unmatched)} candidate(s) in {shown(str(candidates))} match no selected problem, "
                       f"e.g. {pairing.unmatched[0].name}[/]", highlight=False)
@@ -183,8 +185,11 @@ def run_bench(args) -> int:
         raise UsageError(f"no candidate in {candidates} pairs with the {len(problems)} problem(s); name them "
                          "level_<L>_problem_<N>_sample_<K>_kernel.py (KernelBench) or <problem stem>[_sample_<K>].py")
     results_path = out_dir / "results.jsonl"
+    _check_same_shard(args, results_path)
     if args.overwrite and results_path.exists():
         results_path.unlink()
+    # Every problem's pairs are found first, so that none of another shard counts as unmatched.
+    pairs = shard_pairs(pairing.pairs, keys, args.shard)
     config_file = _timeouts_file(args, out_dir)
     settings = BatchSettings(device=device, workers=args.workers, trials=args.trials,
                              baselines=_baseline_modes(args.baselines), timing=not args.no_timing,
@@ -193,9 +198,20 @@ def run_bench(args) -> int:
                              memory_policy=args.memory_policy,
                              fast_build=not args.no_fast_build, share_reference=not args.no_shared_reference,
                              start_ahead=not args.no_start_ahead, config_file=config_file)
-    console.print(f"bench: {len(pairing.pairs)} pair(s) over {len(problems)} problem(s), candidates from "
+    write_run_file(results_path, args.shard, list(keys.values()),
+                   [(keys[pair.problem], pair.problem, pair.candidate) for pair in pairs],
+                   _verdict_settings(settings, args))
+    if args.shard is not None:
+        held = sum(shard_of(key, args.shard.count) == args.shard.index for key in keys.values())
+        console.print(f"shard {args.shard}: {len(pairs)} of {len(pairing.pairs)} pair(s), {held} of {len(problems)} "
+                      "problem(s)", highlight=False)
+        if not pairs:
+            results_path.touch()  # an empty shard is done: the merge finds its file
+            console.print(f"shard {args.shard} holds no pair; wrote an empty {shown(str(results_path))}", highlight=False)
+            return EXIT_OK
+    console.print(f"bench: {len(pairs)} pair(s) over {len(problems)} problem(s), candidates from "
                   f"{shown(str(candidates))}, device {device}", highlight=False)
-    outcome = run_batch(pairing.pairs, results_path, settings, resume=args.resume, console=console)
+    outcome = run_batch(pairs, results_path, settings, resume=args.resume, console=console)
     if args.resume:
         console.print(f"resume: skipped {outcome.skipped} of {outcome.planned} pair(s) already done in "
                       f"{shown(str(results_path))}", highlight=False)
@@ -221,11 +237,39 @@ def run_bench(args) -> int:
     return max(exit_code, _write_leaderboard([results_path], out_dir, console, shown))
 
 
+def shard_pairs(pairs: list, keys: dict[Path, str], shard: Shard | None) -> list:
+    """The pairs whose problem's key (`keys`: problem path -> shards.problem_key) hashes to `shard`."""
+    if shard is None:
+        return list(pairs)
+    return [pair for pair in pairs if shard_of(keys[pair.problem], shard.count) == shard.index]
+
+
+def _check_same_shard(args, results_path: Path) -> None:
+    """--resume goes on with the shard the folder holds, never another one."""
+    record = read_run_file(results_path) if args.resume and results_path.exists() else None
+    if record is None:
+        return
+    before = shard_of_run(record)
+    if before != args.shard:
+        raise UsageError(f"{results_path.parent} holds {'shard ' + str(before) if before else 'an unsharded run'}, "
+                         f"not {'shard ' + str(args.shard) if args.shard else 'an unsharded run'}: resume it as it was "
+                         "started, or give another --out")
+
+
+def _verdict_settings(settings: BatchSettings, args) -> dict:
+    """What shards of one run must agree on (shards.VERDICT_SETTINGS), from the run's settings."""
+    return {"device": settings.device, "policy": settings.policy, "tolerance": settings.tolerance,
+            "convention": settings.convention, "backend": settings.backend, "trials": settings.trials,
+            "timing": settings.timing, "baselines": list(settings.baselines) if settings.timing else [],
+            "memory_policy": settings.memory_policy, "run_timeout_s": args.timeout,
+            "build_timeout_s": args.build_timeout}
+
+
 def _write_leaderboard(results: list[Path], out_dir: Path, console: Console, shown) -> int:
-    try:
-        board = Leaderboard.from_files(results)
-    except (FileNotFoundError, ValueError) as error:
-        raise UsageError(str(error)) from None
+    return _write_board(_board(results), out_dir, console, shown)
+
+
+def _write_board(board: Leaderboard, out_dir: Path, console: Console, shown) -> int:
     paths = write_reports(board, out_dir)
     print_frame(board.summary[[column for column in TERMINAL_COLUMNS if column in board.summary]],
                 "leaderboard (all columns in leaderboard.md)", console)
@@ -248,19 +292,36 @@ def flagged_lines(board: Leaderboard) -> list[str]:
     return lines
 
 
+def _board(results: list[Path]) -> Leaderboard:
+    try:
+        return Leaderboard.from_files(results)
+    except (FileNotFoundError, ValueError) as error:
+        raise UsageError(str(error)) from None
+
+
+def _report_missing(board: Leaderboard, shown) -> int:
+    """A merge that lacks shards or pairs says which, and exits 1 (its leaderboard is still written)."""
+    if not board.missing:
+        return EXIT_OK
+    console = console_for_output(stderr=True)
+    console.print(f"[red]missing from these results ({len(board.missing)}):[/]", highlight=False)
+    for line in board.missing:
+        console.print(f"[red]  {escape(shown(line))}[/]", highlight=False, soft_wrap=True)
+    return EXIT_FAILED
+
+
 # -- leaderboard -----------------------------------------------------------------------------
 
 
 @_handle
 def run_leaderboard(args) -> int:
     paths = [Path(path) for path in args.results]
+    board = _board(paths)
     if args.out:
-        return _write_leaderboard(paths, Path(args.out), console_for_output(), args.paths.shown)
-    try:
-        print(to_markdown(Leaderboard.from_files(paths)))
-    except (FileNotFoundError, ValueError) as error:
-        raise UsageError(str(error)) from None
-    return EXIT_OK
+        _write_board(board, Path(args.out), console_for_output(), args.paths.shown)
+    else:
+        print(to_markdown(board))
+    return _report_missing(board, args.paths.shown)
 
 
 # -- baselines -------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -30,6 +30,7 @@ from pytest_cudaagent.result import HARNESS_STATUSES, PROBLEM_STATUSES
 from pytest_cudaagent.results_file import read_results
 
 from .kernelbench import level_label, level_of
+from .shards import Run, group_runs
 
 P_VALUES = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 # How far an evaluation got, for choosing the best failing sample.
@@ -58,13 +59,16 @@ def run_names(paths: list[Path]) -> list[str]:
     return names
 
 
-def results_frame(paths: list[str | Path]) -> pd.DataFrame:
-    """One row per Result; a pair evaluated twice in one file counts once (the last)."""
+def results_frame(paths: list[str | Path], runs: list[Run] | None = None) -> pd.DataFrame:
+    """One row per Result; a pair evaluated twice in one file counts once (the last). The shard
+    files of one sharded run (`cudaagent bench --shard`) are one run (`runs`: shards.group_runs)."""
     paths = [Path(p) for p in paths]
-    rows = []
-    for run_index, (run, path) in enumerate(zip(run_names(paths), paths, strict=True)):
+    for path in paths:
         if not path.exists():
             raise FileNotFoundError(f"{path}: no such results file (a JSONL written by `cudaagent bench`)")
+    runs = group_runs(paths, run_names(paths)) if runs is None else runs
+    rows = []
+    for run_index, run, path in ((index, each.name, path) for index, each in enumerate(runs) for path in each.files):
         for result in read_results(path):
             candidate_ms = result.timing["candidate"].median_ms if "candidate" in result.timing else math.nan
             sample = _SAMPLE.search(Path(result.candidate).name)
@@ -305,16 +309,35 @@ class Leaderboard:
     changes: pd.DataFrame
     environment: pd.DataFrame  # of every Result read
     convention: str  # whose correctness the verdicts follow, over every Result read
+    # Shards of a sharded run not given, pairs of a run without a row: one line each (shards.py).
+    missing: list[str] = field(default_factory=list)
 
     @classmethod
     def from_files(cls, paths: list[str | Path]) -> Leaderboard:
-        every = results_frame(paths)
+        paths = [Path(path) for path in paths]
+        for path in paths:
+            if not path.exists():
+                raise FileNotFoundError(f"{path}: no such results file (a JSONL written by `cudaagent bench`)")
+        runs = group_runs(paths, run_names(paths))
+        every = results_frame(paths, runs)
+        _check_conventions(every, runs)
         held = every["review"] != ""
         frame, flagged = every[~held].reset_index(drop=True), every[held]
         best = best_of_k(frame)
         return cls(frame, best, level_summary(frame, best, flagged), fast_p_table(best), reward_distribution(frame),
                    problem_table(best), flagged_table(flagged), harness_error_table(frame), changes(best),
-                   environment(every), convention_line(every))
+                   environment(every), convention_line(every), [line for run in runs for line in run.missing])
+
+
+def _check_conventions(frame: pd.DataFrame, runs: list[Run]) -> None:
+    """A sharded run's rows follow one convention (their run files agree too: shards.py)."""
+    for run in runs:
+        if len(run.files) < 2:
+            continue
+        found = sorted(set(frame.loc[frame["run"] == run.name, "convention"]))
+        if len(found) > 1:
+            raise ValueError(f"the shards of run {run.name} judged by different conventions ({', '.join(found)}) "
+                             "cannot be merged; rerun them with one --convention")
 
 
 def markdown_table(table: pd.DataFrame) -> str:
@@ -361,5 +384,7 @@ def to_markdown(board: Leaderboard) -> str:
         sections.append(("Changes between runs", board.changes))
     sections.append(("Environment", board.environment))
     text = [f"# cuda-agent benchmark\n\n{board.convention}\n\n{NOTES}\n"]
+    if board.missing:  # first, so nobody reads the numbers of an incomplete merge as whole
+        text.append("## Missing\n\n" + "".join(f"- {line}\n" for line in board.missing))
     text += [f"## {title}\n\n{markdown_table(table)}" for title, table in sections]
     return "\n".join(text)

@@ -318,11 +318,26 @@ run_section() {
                          python3 -m benchmark.experiments.under_load report $IDENTITY_RUNS \
                            --json "$OUT/under_load_identity.json" --markdown
                        fi ;;
+    # #43: one set as 1, 2 and 4 shards (cudaagent bench --shard), each shard its own bench process
+    # started at once with its share of 16 workers, merged, compared with the unsharded run: the
+    # verdicts and the leaderboard's verdict columns must be identical (timed columns move with the
+    # timing noise). Level 1's identity candidates (each problem's own Model), ids SHARDS_IDS.
+    shards) dir=${SHARDS_DIR:-/tmp/shards-identity}
+            [ -d "$dir/candidates" ] || python3 -m benchmark.experiments.identity_set \
+              --kernelbench "${KERNELBENCH:-.kernelbench}" --level 1 --out "$dir/candidates"
+            rm -rf "$dir/runs"
+            timeout --signal=TERM --kill-after=30 "${SHARDS_TIMEOUT_S:-540}" python3 -m benchmark.experiments.shards \
+              --kernelbench "${KERNELBENCH:-.kernelbench}" --level 1 --problem-id "${SHARDS_IDS:-1-24}" \
+              --candidates "$dir/candidates" --device cuda --workers 16 \
+              --bench-args="--policy calibration --baselines eager" --out "$dir/runs" --json "$OUT/shards.json"
+            cp "$dir/runs/shards.md" "$OUT/" 2>/dev/null
+            # Every shard's log, results, run file and pytest.log, and each count's merged leaderboard.
+            tar czf "$OUT/shards-runs.tgz" -C "$dir/runs" --exclude=.bench-run --exclude=report.html . ;;
     *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests gpu-tests-core gpu-tests-rest gpu-tests batch-timer timed-accounting differential issue39 compat-bench speed-fidelity" \
             "l2 sandbox faults reward build-speed warm-load side-by-side baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
             "timed-steps timed-path host-quiet-cost identity-make identity-alone identity-batched identity-kernelbench identity-report speed-fidelity-launch-bound" \
             "throughput-harness throughput-sequential throughput-wait throughput-report" \
-            "under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report under-load-identity"
+            "under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report under-load-identity shards"
        return 2 ;;
   esac
 }

@@ -130,6 +130,10 @@ class TrainConfig:
     tensorboard: bool = True
     progress: bool = True
     stages: list[StageConfig] = field(default_factory=list)
+    # Where the scorers write candidate files and run pytest, each process in <stage>/process-<N>
+    # under it; a folder on this machine's own disk (several machines: README, "Two machines").
+    # Default: the environment's CUDAAGENT_SCORING_DIR, else OUTPUT_DIR/<stage>/scoring.
+    scoring_dir: str | None = None
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> TrainConfig:
@@ -147,6 +151,8 @@ class TrainConfig:
             self.model = absolute_path(self.model, base)
         if self.critic_model:
             self.critic_model = absolute_path(self.critic_model, base)
+        if self.scoring_dir:
+            self.scoring_dir = absolute_path(self.scoring_dir, base)
         for stage in self.stages:
             options = stage.environment.options
             options.update({key: absolute_path(options[key], base) for key in PATH_OPTIONS if options.get(key)})

@@ -109,10 +109,10 @@ def scoring_devices(requested: list[str] | None) -> list[str]:
 
 
 def build_scorer(environment: Environment, mode: str, devices: list[str] | None = None,
-                 work_dir: str | Path | None = None):
+                 work_dir: str | Path | None = None, process: int | None = None):
     """mode 'inline' (toy rewards), 'pool' (the evaluator: one worker per device, each episode
     scored the moment it ends) or 'xdist' (the batch through one pytest-xdist run, files under
-    `work_dir`)."""
+    `work_dir`; `process`, the trainer's process index, is written beside them)."""
     if mode == "inline":
         return InlineScorer(environment)
     if mode == "pool":
@@ -122,5 +122,5 @@ def build_scorer(environment: Environment, mode: str, devices: list[str] | None 
 
         if work_dir is None:
             raise ValueError("scorer xdist writes candidate files: give it a work_dir")
-        return XdistScorer(environment, scoring_devices(devices), work_dir)
+        return XdistScorer(environment, scoring_devices(devices), work_dir, process=process)
     raise ValueError(f"unknown scorer {mode!r}; use one of {', '.join(SCORERS)}")

@@ -3,6 +3,7 @@ previous stage, the environment and its scorer, task sampling, rollout collectio
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,8 +98,10 @@ class StageRuntime:
             raise ValueError("rollout engine vllm runs one engine in the trainer's process and supports one "
                              "process only; on several GPUs use engine: in-process")
         environment = build_environment(stage.environment.kind, stage.environment.options)
+        # Each process scores its own episodes on its own machine's devices, in a folder of its own.
         scorer = build_scorer(environment, stage.environment.scorer, stage.environment.scoring_devices,
-                              stage_dir / "scoring" / f"process-{accelerator.process_index}")
+                              scoring_dir(train_config, stage_dir) / f"process-{accelerator.process_index}",
+                              process=accelerator.process_index)
         logger = MetricsLogger(stage_dir, stage.name, train_config.tensorboard, accelerator.is_main_process)
         return cls(
             stage.name, stage_dir, accelerator, tokenizer, environment, scorer, logger, stage.rollout,
@@ -164,6 +167,16 @@ class StageRuntime:
         self.logger.close()
         if hasattr(self.environment, "close"):
             self.environment.close()
+
+
+SCORING_DIR_ENV = "CUDAAGENT_SCORING_DIR"
+
+
+def scoring_dir(train_config, stage_dir: Path) -> Path:
+    """The stage's scoring folder on this machine: under the config's scoring_dir, else under
+    $CUDAAGENT_SCORING_DIR (a node-local disk, set per machine), else STAGE_DIR/scoring."""
+    root = train_config.scoring_dir or os.environ.get(SCORING_DIR_ENV)
+    return Path(root).resolve() / stage_dir.name if root else stage_dir / "scoring"
 
 
 def seed_process(accelerator, seed: int) -> None:

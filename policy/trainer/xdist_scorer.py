@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import socket
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+
+from pytest_cudaagent.locks import lock_dir
 
 from .environments import Environment, Task
 
@@ -54,6 +57,8 @@ class ScoredEpisode:
     reward: float
     status: str | None
     reason: str | None
+    host: str = ""  # the machine that scored it
+    process: int | None = None  # the trainer process whose episode it was
 
 
 def xdist_layout(devices: list[str]) -> tuple[str, tuple[str, ...] | None]:
@@ -74,7 +79,8 @@ class XdistScorer:
     scored by one pytest-xdist run in a background thread: the trainer's no-grad passes that do not
     need the scores go on meanwhile, as with the pool."""
 
-    def __init__(self, environment: Environment, devices: list[str], work_dir: str | Path):
+    def __init__(self, environment: Environment, devices: list[str], work_dir: str | Path,
+                 process: int | None = None):
         for method in ("candidate_source", "problem_file", "evaluator_config"):
             if not hasattr(environment, method):
                 raise ValueError(f"scorer xdist needs an environment that writes candidate files "
@@ -90,6 +96,12 @@ class XdistScorer:
         self._batches = len(list(self.work_dir.glob("batch-*")))
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        # Which machine and process score here, on which devices: scorer.json beside the batches.
+        self.host, self.process = socket.gethostname(), process
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        (self.work_dir / "scorer.json").write_text(json.dumps(
+            {"host": self.host, "process": process, "devices": devices, "workers": self.workers,
+             "lock_dir": str(lock_dir())}))
 
     def submit(self, task: Task, assistant_turns: list[str]) -> Future:
         future = _BatchFuture(self)
@@ -121,6 +133,8 @@ class XdistScorer:
         except Exception as error:  # whatever went wrong, training goes on without these rewards
             episodes = [ScoredEpisode(batch, item.task.task_id, "", None, FAILED_REWARD, None,
                                       f"scoring failed: {type(error).__name__}: {error}") for item in pending]
+        for episode in episodes:
+            episode.host, episode.process = self.host, self.process
         try:
             self.work_dir.mkdir(parents=True, exist_ok=True)
             with open(self.work_dir / "episodes.jsonl", "a") as log:
