@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pytest_cudaagent.config import BASELINE_MODES, EvalConfig, resolve_device
+from pytest_cudaagent.config import BASELINE_MODES, EvalConfig, resolve_device, timeout_overrides
 from pytest_cudaagent.files import BadFileError
 from pytest_cudaagent.lifetime import stop_on_sigterm
 from pytest_cudaagent.sandbox import SandboxUnavailable, require_sandbox
@@ -133,17 +133,15 @@ def interrupted_summary(stop: BatchInterrupted, shown, argv: list[str] | None = 
 def _timeouts_file(args, out_dir: Path) -> Path | None:
     """--timeout / --build-timeout, handed to every evaluation as an EvalConfig file (the
     plugin's --cudaagent-config; its options decide everything else). None when neither is given."""
-    timeouts = {"run_timeout_s": args.timeout, "build_timeout_s": args.build_timeout}
-    for name, value in timeouts.items():
-        if value is not None and value <= 0:
-            flag = "--timeout" if name == "run_timeout_s" else "--build-timeout"
-            raise UsageError(f"{flag} must be a positive number of seconds")
-    if all(value is None for value in timeouts.values()):
+    try:
+        timeouts = timeout_overrides(args.timeout, args.build_timeout)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if not timeouts:
         return None
     config = EvalConfig()
-    for name, value in timeouts.items():
-        if value is not None:
-            setattr(config, name, value)
+    for field_name, seconds in timeouts.items():
+        setattr(config, field_name, seconds)
     path = out_dir / ".bench-run" / "timeouts.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(config.to_dict()))

@@ -70,9 +70,8 @@ def follow(process: subprocess.Popen, tail: ResultsTail, total: int, console: Co
                 # File names and error text are printed as they are, never read as rich markup.
                 bar.console.print(f"[{colour}]{result.status:<13}[/] " + escape(
                     f"{Path(result.problem).name} <- {Path(result.candidate).name}  {detail}"), highlight=False)
-                bar.update(task, completed=len(finished), description=status_counts(counts))
-            if status_dir is not None:
-                bar.update(task, description=progress_description(counts, waiting_lines(status_dir)))
+            waits = waiting_lines(status_dir) if status_dir is not None else []
+            bar.update(task, completed=len(finished), description=progress_description(counts, waits))
             if not running:
                 return finished
             time.sleep(poll_s)

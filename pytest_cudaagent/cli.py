@@ -24,6 +24,7 @@ from .config import (
     RUN_TIMEOUT_HELP,
     TOLERANCE_PRESETS,
     EvalConfig,
+    timeout_overrides,
 )
 from .files import BadFileError, check_candidate, check_problem
 from .result import Result
@@ -141,10 +142,11 @@ def run_verify(args) -> int:
     if unknown:
         print(f"cudaagent verify: unknown baseline(s) {sorted(unknown)}; use {', '.join(BASELINE_MODES)}", file=sys.stderr)
         return EXIT_USAGE
-    for name in ("timeout", "build_timeout"):
-        if getattr(args, name) is not None and getattr(args, name) <= 0:
-            print(f"cudaagent verify: --{name.replace('_', '-')} must be a positive number of seconds", file=sys.stderr)
-            return EXIT_USAGE
+    try:
+        timeouts = timeout_overrides(args.timeout, args.build_timeout)
+    except ValueError as error:
+        print(f"cudaagent verify: {error}", file=sys.stderr)
+        return EXIT_USAGE
     # The files checked here, before the evaluation core (and torch, seconds to import) is loaded.
     try:
         check_problem(args.problem)
@@ -155,10 +157,8 @@ def run_verify(args) -> int:
     config = EvalConfig(device=args.device, trials=args.trials, timing=not args.no_timing,
                         baselines=baselines, policy=args.policy, tolerance=args.tolerance,
                         convention=args.convention, backend=args.backend, require_sandbox=args.require_sandbox)
-    if args.timeout is not None:
-        config.run_timeout_s = args.timeout
-    if args.build_timeout is not None:
-        config.build_timeout_s = args.build_timeout
+    for field_name, seconds in timeouts.items():
+        setattr(config, field_name, seconds)
     config.timing_config.audit_timed_calls = args.audit_timed_calls
     config.timing_config.overlap_launch = not args.count_launch
     try:

@@ -42,7 +42,7 @@ def die_with_parent_from_env() -> None:
     if named and named != os.getpid():
         if os.getppid() == named:
             die_with_parent(named)
-        elif not _alive(named):  # it died while we started: we are the orphan it left
+        elif not alive(named):  # it died while we started: we are the orphan it left
             os._exit(1)
     os.environ[PARENT_PID_ENV] = str(os.getpid())
 
@@ -59,7 +59,8 @@ def exit_when_parent_dies(parent_pid: int, poll_s: float = 1.0) -> None:
     threading.Thread(target=watch, name="exit-when-parent-dies", daemon=True).start()
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """The process `pid` exists (another user's included)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

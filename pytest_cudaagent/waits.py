@@ -25,6 +25,8 @@ import time
 import uuid
 from pathlib import Path
 
+from .lifetime import alive
+
 RUN_ID_ENV = "CUDAAGENT_RUN_ID"
 RUN_COMMAND_ENV = "CUDAAGENT_RUN_COMMAND"
 STATUS_DIR_ENV = "CUDAAGENT_STATUS_DIR"
@@ -67,6 +69,8 @@ def write_note(path: Path, pid: int | None = None) -> None:
     """Who holds the lock `path` stands for: this process (or `pid`, held on its behalf)."""
     note = {"pid": pid or os.getpid(), "by": os.getpid(), "run": run_id(), "command": _top_command(),
             "since": time.time()}
+    # Not state_files.write_atomically: a note is written on every untimed call, and its fsync
+    # would put a disk flush on that path for a file nobody needs after a crash.
     temporary = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     with contextlib.suppress(OSError):
         temporary.write_text(json.dumps(note))
@@ -87,15 +91,8 @@ def read_note(path: Path) -> dict | None:
 
 
 def _alive(pid: object) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        pass
-    return True
+    """A pid read from a note (any JSON value) names a running process."""
+    return isinstance(pid, int) and alive(pid)
 
 
 def describe(note: dict | None, now: float | None = None) -> str:
