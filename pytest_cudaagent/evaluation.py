@@ -502,6 +502,9 @@ class Evaluation:
             # ends: the harness's transport, not the problem's use of memory (#38: five level-1
             # references of 12-16 GiB sets killed at the 32 GiB cap). Counted beyond its cap.
             reference_worker.harness_bytes = self._set_count() * (measures.input_bytes + measures.output_bytes)
+        # What the pair's workers hold is out of the free memory already (memory_gate.still_to_take).
+        hold.note_processes([worker.process.pid for worker in self._workers.values()
+                             if getattr(worker.process, "pid", None)])
         with self._profiled("parent.admission"):
             hold.admit(self.footprint)
 

@@ -51,6 +51,10 @@ class Reservation:
     # Through admission (always, under the "retry" policy): only admitted pairs' reservations
     # count against the next admission, and an admission waits only while one of them runs.
     admitted: bool = True
+    # The pair's processes (the evaluating one, its reference's and its candidate's workers):
+    # what they hold already shows in the free memory, so a pending reservation counts against
+    # the next admission only for the rest (`still_to_take`).
+    pids: list[int] = dataclasses.field(default_factory=list)
 
 
 def free_memory(device: str) -> tuple[int | None, int]:
@@ -67,6 +71,56 @@ def free_memory(device: str) -> tuple[int | None, int]:
         except Exception:  # noqa: BLE001 - no NVML: admission by host memory only
             device_free = None
     return device_free, available_bytes()
+
+
+def still_to_take(pending: list[Reservation], device: str) -> tuple[int, int]:
+    """(device bytes, host bytes) that pending pairs reserved and have not taken yet. What a
+    pair's processes hold already is out of the free memory; counting it again as reserved made
+    pairs wait 120-260 s each for room that was there (#38, H100, 250 identity pairs at 16 workers).
+    A pair whose processes cannot be read (NVML cannot name them: another PID namespace) counts
+    whole, as before."""
+    device_held = device_memory_by_process() if device == "cuda" and any(r.device_bytes for r in pending) else {}
+    device_rest = host_rest = 0
+    for reservation in pending:
+        taken_device = sum(device_held.get(pid, 0) for pid in reservation.pids)
+        taken_host = sum(shared_memory_held(pid) for pid in reservation.pids)
+        device_rest += max(0, reservation.device_bytes - taken_device)
+        host_rest += max(0, reservation.host_bytes - taken_host)
+    return device_rest, host_rest
+
+
+def device_memory_by_process() -> dict[int, int]:
+    """Device bytes each process uses on the visible GPU, by PID, as NVML reports them ({} where
+    it cannot)."""
+    try:
+        from .envinfo import _nvml, _visible_nvml_handle
+
+        pynvml = _nvml()
+        processes = pynvml.nvmlDeviceGetComputeRunningProcesses(_visible_nvml_handle(pynvml))
+    except Exception:  # noqa: BLE001 - no NVML: nothing taken is known
+        return {}
+    held: dict[int, int] = {}
+    for process in processes:
+        used = getattr(process, "usedGpuMemory", None)
+        if isinstance(used, int):
+            held[process.pid] = held.get(process.pid, 0) + used
+    return held
+
+
+def shared_memory_held(pid: int) -> int:
+    """The shared memory a process maps, its proportional share of each page (the sets live in
+    /dev/shm and are mapped by the evaluating process and a worker both): Pss_Shmem of
+    /proc/PID/smaps_rollup, or RssShmem where the kernel has no such line; 0 for a process gone."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss_Shmem:"):
+                return int(line.split()[1]) * 1024
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("RssShmem:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def shared_memory_free() -> int | None:
@@ -113,7 +167,8 @@ class Gate:
         """Held while an evaluation runs beside others; under "admit" it is admitted later, by
         its footprint (`Hold.admit`)."""
         started = time.perf_counter()
-        hold = self._register(Reservation(problem=problem, admitted=policy != "admit"), alone=False)
+        hold = self._register(Reservation(problem=problem, admitted=policy != "admit", pids=[os.getpid()]),
+                              alone=False)
         hold.admits = policy == "admit"
         try:
             with open(self.root / "turnstile.lock", "a+") as turnstile, open(self.root / "gate.lock", "a+") as gate:
@@ -133,7 +188,7 @@ class Gate:
         started = time.perf_counter()
         # Not admitted while it waits: a pair waiting for room ahead of it must not wait for it
         # too (it waits for that pair's shared hold to end).
-        hold = self._register(Reservation(problem=problem, admitted=False), alone=True)
+        hold = self._register(Reservation(problem=problem, admitted=False, pids=[os.getpid()]), alone=True)
         try:
             with open(self.root / "turnstile.lock", "a+") as turnstile, open(self.root / "gate.lock", "a+") as gate:
                 fcntl.flock(turnstile, fcntl.LOCK_EX)
@@ -170,9 +225,9 @@ class Gate:
             if not others:
                 return "alone on the device"
             device_free, host_free = free_memory(self.device)
-            device_room = None if device_free is None else device_free - sum(
-                other.device_bytes for other in others if other.pending)
-            pending_host = sum(other.host_bytes for other in others if other.pending)
+            pending = [other for other in others if other.pending]
+            pending_device, pending_host = still_to_take(pending, self.device)
+            device_room = None if device_free is None else device_free - pending_device
             host_room = host_free - pending_host
             # The footprint's host bytes are shared memory: /dev/shm must hold them too.
             shm_free = shared_memory_free()
@@ -277,6 +332,12 @@ class Hold:
         self._update(dataclasses.replace(
             self.reservation, device_bytes=device_bytes, host_bytes=host_bytes,
             admitted=self.reservation.admitted if admitted is None else admitted))
+
+    def note_processes(self, pids: list[int]) -> None:
+        """The pair's worker processes, whose memory counts as taken from its reservation."""
+        known = list(dict.fromkeys([*self.reservation.pids, *pids]))
+        if known != self.reservation.pids:
+            self._update(dataclasses.replace(self.reservation, pids=known))
 
     def settle(self) -> None:
         """Its correctness calls are checked: what it holds now shows in the free memory."""
