@@ -8,7 +8,9 @@ stream of new shared holders). Under the "admit" policy an evaluation, once its 
 started (the candidate builds meanwhile) and before its reference draws a set, waits until the
 free memory, device and host, less what admitted pairs reserved and have not yet taken, covers
 its footprint (`Hold.admit`): known from its problem's earlier runs, else sized by its reference
-on the meta device; a pair of unknown size is admitted at once.
+on the meta device; a pair of unknown size is admitted at once. A pair that fits passes one that
+waits for room, unless that one has waited longer than ADMISSION_FAIR_S: its need is then set
+aside first.
 
 Every evaluating process of the machine meets at one directory per device (`gate_root`), beside
 the timing locks' directory and not in it: the sandbox lets candidates write there, and a
@@ -37,6 +39,9 @@ from .footprints import Footprint
 # and a retry with the device to itself is the backstop.
 ADMISSION_POLL_S = 0.5
 ADMISSION_WAIT_S = 900.0
+# A pair waiting for room longer than this is served first: pairs that come after it are
+# admitted only into what room its footprint leaves.
+ADMISSION_FAIR_S = 30.0
 
 
 @dataclass
@@ -55,6 +60,8 @@ class Reservation:
     # what they hold already shows in the free memory, so a pending reservation counts against
     # the next admission only for the rest (`still_to_take`).
     pids: list[int] = dataclasses.field(default_factory=list)
+    # Waiting for room since (time.time(); 0: not waiting): its sizes are then the room it needs.
+    waiting_since: float = 0.0
 
 
 def free_memory(device: str) -> tuple[int | None, int]:
@@ -214,30 +221,31 @@ class Gate:
 
     # -- admission ------------------------------------------------------------------------------
 
-    def _admit(self, footprint: Footprint | None, holder: str) -> str:
-        """Waits (holding the admission lock, so pairs are admitted in turn and a large one is
-        not passed by a stream of small ones) until the footprint fits; says how it was admitted."""
-        if footprint is None:
-            return "unknown footprint: not waited for"
-        started = time.monotonic()
-        while True:
-            others = [other for other in self.running(besides=holder) if other.admitted]
-            if not others:
-                return "alone on the device"
-            device_free, host_free = free_memory(self.device)
-            pending = [other for other in others if other.pending]
-            pending_device, pending_host = still_to_take(pending, self.device)
-            device_room = None if device_free is None else device_free - pending_device
-            host_room = host_free - pending_host
-            # The footprint's host bytes are shared memory: /dev/shm must hold them too.
-            shm_free = shared_memory_free()
-            shm_room = None if shm_free is None else shm_free - pending_host
-            if (device_room is None or device_room >= footprint.device_bytes) and host_room >= footprint.host_bytes \
-                    and (shm_room is None or shm_room >= footprint.host_bytes):
-                return "by footprint"
-            if time.monotonic() - started > ADMISSION_WAIT_S:
-                return f"without room after waiting {ADMISSION_WAIT_S:.0f} s"
-            time.sleep(ADMISSION_POLL_S)
+    def _fits(self, footprint: Footprint, holder: str, waiting_since: float) -> str | None:
+        """How the footprint is admitted now ("alone on the device", "by footprint"), or None:
+        the free memory, device, host and /dev/shm, less what admitted pairs reserved and have
+        not taken yet, and less the footprints of pairs that have waited longer than
+        ADMISSION_FAIR_S and longer than this one (so a large pair is not starved by a stream of
+        small ones, while small ones still pass a large one that waits for room)."""
+        running = self.running(besides=holder)
+        admitted = [other for other in running if other.admitted]
+        starving = [other for other in running if not other.admitted and other.waiting_since
+                    and other.waiting_since < waiting_since and time.time() - other.waiting_since > ADMISSION_FAIR_S]
+        if not admitted and not starving:
+            return "alone on the device"
+        device_free, host_free = free_memory(self.device)
+        pending_device, pending_host = still_to_take([other for other in admitted if other.pending], self.device)
+        pending_device += sum(other.device_bytes for other in starving)
+        pending_host += sum(other.host_bytes for other in starving)
+        device_room = None if device_free is None else device_free - pending_device
+        host_room = host_free - pending_host
+        # The footprint's host bytes are shared memory: /dev/shm must hold them too.
+        shm_free = shared_memory_free()
+        shm_room = None if shm_free is None else shm_free - pending_host
+        if (device_room is None or device_room >= footprint.device_bytes) and host_room >= footprint.host_bytes \
+                and (shm_room is None or shm_room >= footprint.host_bytes):
+            return "by footprint"
+        return None
 
     # -- the registry of running evaluations ----------------------------------------------------
 
@@ -316,15 +324,38 @@ class Hold:
 
     def admit(self, footprint: Footprint | None) -> None:
         """Under the "admit" policy, waits until the footprint fits beside the admitted pairs'
-        reservations; then (or at once) reserves it."""
-        if self.admits and not self.reservation.admitted:
-            started = time.perf_counter()
+        reservations; then (or at once) reserves it. Each look at the free memory, and the
+        reservation that follows it, is made under the admission lock (two pairs must not both
+        take the same room); the waits between looks are not, so a pair that fits is not held
+        up by one that does not (a 32 GiB level-1 pair waiting for room kept every small pair
+        of the identity set waiting 90-480 s behind it on the H200, #38)."""
+        if not (self.admits and not self.reservation.admitted):
+            if footprint is not None:
+                self.reserve(footprint)
+            return
+        started = time.perf_counter()
+        if footprint is None:
+            self.admitted = "unknown footprint: not waited for"
+            self.reserve(None, admitted=True)
+            return
+        waiting_since = time.time()
+        while True:
             with self.gate._lock("admission.lock"):
-                self.admitted = self.gate._admit(footprint, self.holder)
-                self.reserve(footprint, admitted=True)
-            self.waited_s += time.perf_counter() - started
-        elif footprint is not None:
-            self.reserve(footprint)
+                how = self.gate._fits(footprint, self.holder, waiting_since)
+                waited = time.perf_counter() - started
+                if how is None and waited > ADMISSION_WAIT_S:
+                    how = f"without room after waiting {ADMISSION_WAIT_S:.0f} s"
+                if how is not None:
+                    self.admitted = how
+                    self._update(dataclasses.replace(self.reservation, waiting_since=0.0))
+                    self.reserve(footprint, admitted=True)
+                    break
+                if not self.reservation.waiting_since:  # its need, seen by those that come later
+                    device_bytes, host_bytes = _sizes(footprint)
+                    self._update(dataclasses.replace(self.reservation, device_bytes=device_bytes,
+                                                     host_bytes=host_bytes, waiting_since=waiting_since))
+            time.sleep(ADMISSION_POLL_S)
+        self.waited_s += time.perf_counter() - started
 
     def reserve(self, footprint: Footprint | None, admitted: bool | None = None) -> None:
         """The footprint, once known (and again once measured), for the next admissions."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+import time
 
 import pytest
 
@@ -108,3 +109,73 @@ def test_admission_is_not_held_up_by_memory_a_pending_pair_already_took(tmp_path
         thread.start()
         thread.join(WAIT_S)
     assert outcome and outcome[0].startswith(admitted), outcome
+
+
+def _admit_in_thread(gate: Gate, problem: str, footprint: Footprint, outcome: dict) -> threading.Thread:
+    def admit() -> None:
+        with gate.shared("admit", problem) as hold:
+            hold.admit(footprint)
+            outcome[problem] = (hold.admitted, time.monotonic())
+            outcome.setdefault("release", threading.Event()).wait(WAIT_S)
+
+    thread = threading.Thread(target=admit)
+    thread.start()
+    return thread
+
+
+def test_a_small_pair_that_fits_passes_a_large_one_waiting_for_room(tmp_path, monkeypatch):
+    """10 GiB free beside a running pair (settled): a 16 GiB pair waits for room; a 4 GiB pair
+    that comes after it fits and is admitted at once, not after the large one (it waited 90-480 s
+    behind a 32 GiB level-1 pair on the H200)."""
+    monkeypatch.setattr(memory_gate, "free_memory", lambda device: (None, 10 * GIB))
+    monkeypatch.setattr(memory_gate, "shared_memory_free", lambda: 64 * GIB)
+    monkeypatch.setattr(memory_gate, "ADMISSION_POLL_S", 0.01)
+    monkeypatch.setattr(memory_gate, "ADMISSION_WAIT_S", 3.0)
+    gate = Gate("cpu", root=tmp_path)
+    outcome: dict = {}
+    with gate.shared("admit", "running") as running:
+        running.admit(Footprint(0, 1 * GIB))
+        running.settle()
+        large = _admit_in_thread(gate, "large", Footprint(0, 16 * GIB), outcome)
+        time.sleep(0.3)  # the large one is waiting now
+        small = _admit_in_thread(gate, "small", Footprint(0, 4 * GIB), outcome)
+        small_started = time.monotonic()
+        deadline = time.monotonic() + WAIT_S
+        while "small" not in outcome and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert outcome.get("small", ("",))[0] == "by footprint"
+        assert "large" not in outcome  # still waiting when the small one went in
+        assert outcome["small"][1] - small_started < 2.0
+        outcome.setdefault("release", threading.Event()).set()
+        small.join(WAIT_S)
+        large.join(WAIT_S)
+    assert outcome["large"][0].startswith("without room")  # never fitted: its time limit
+
+
+def test_a_pair_that_waited_longer_than_the_fair_wait_is_served_first(tmp_path, monkeypatch):
+    """A running pair still to take 3 GiB of 10 free: an 8 GiB pair waits for room (7 < 8). Once it
+    has waited longer than ADMISSION_FAIR_S its need is set aside first, so a 4 GiB pair that
+    comes later and would fit (7 >= 4) waits too, here until its time limit; without the fair
+    wait passed it goes in at once (the test above)."""
+    monkeypatch.setattr(memory_gate, "free_memory", lambda device: (None, 10 * GIB))
+    monkeypatch.setattr(memory_gate, "shared_memory_free", lambda: 64 * GIB)
+    monkeypatch.setattr(memory_gate, "ADMISSION_POLL_S", 0.01)
+    monkeypatch.setattr(memory_gate, "ADMISSION_WAIT_S", 1.5)
+    monkeypatch.setattr(memory_gate, "ADMISSION_FAIR_S", 0.1)
+    gate = Gate("cpu", root=tmp_path)
+    outcome: dict = {}
+    with gate.shared("admit", "running") as running:
+        running.admit(Footprint(0, 3 * GIB))
+        waiting = _admit_in_thread(gate, "waiting", Footprint(0, 8 * GIB), outcome)
+        time.sleep(0.4)  # past the fair wait
+        later = _admit_in_thread(gate, "later", Footprint(0, 4 * GIB), outcome)
+        time.sleep(0.5)
+        assert "later" not in outcome  # it would fit, but the starving pair comes first
+        deadline = time.monotonic() + WAIT_S
+        while not {"waiting", "later"} <= outcome.keys() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        outcome.setdefault("release", threading.Event()).set()
+        for thread in (waiting, later):
+            thread.join(WAIT_S)
+    assert outcome["waiting"][0].startswith("without room"), outcome
+    assert outcome["later"][0].startswith("without room"), outcome
