@@ -321,9 +321,19 @@ def _exit_as(child: int, process_limit: int | None = None) -> None:
             os._exit(PROCESS_WATCH_EXIT)
         time.sleep(PROCESS_WATCH_PERIOD_S)
     if os.WIFSIGNALED(status):
-        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-        os.kill(os.getpid(), os.WTERMSIG(status))
+        exit_by_signal(os.WTERMSIG(status))
     os._exit(os.waitstatus_to_exitcode(status))
+
+
+def exit_by_signal(number: int) -> None:
+    """End this process by the signal that ended the candidate's, so the evaluator reads the same
+    cause (a SIGKILL from the kernel's OOM killer above all). SIGKILL and SIGSTOP take no handler:
+    setting SIG_DFL for them raised EINVAL, and the worker exited with code 1 instead (#38: two
+    level-1 identity candidates, `crashed`, "worker exited with code 1 before giving a verdict")."""
+    if number not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(number, signal.SIG_DFL)
+    os.kill(os.getpid(), number if number != signal.SIGSTOP else signal.SIGKILL)
+    os._exit(128 + number)  # not reached
 
 
 def _namespace_process_count(init: int) -> int:
