@@ -84,8 +84,10 @@ run_section() {
                  python3 -m pytest tests/adversarial/test_batch_and_timer.py tests/evaluator/test_outside_view.py \
                    tests/evaluator/test_tensor_trees.py -q -p no:cacheprovider -rfE -n "${TEST_WORKERS:-6}" ;;
     # #44: Result.timed_request of honest GPU code (launch-bound, CUDA graph, streams, milliseconds) and a cheat, repeated.
+    # TIMED_ACCOUNTING_ARGS: e.g. "--only leaky_relu --no-sandbox-too" (what the sandbox adds around the calls).
+    # shellcheck disable=SC2086  # one argument per word
     timed-accounting) python3 -m benchmark.experiments.timed_accounting --device cuda --repeats "${REPEATS:-3}" \
-                        --json "$OUT/timed_accounting_cuda.json" ;;
+                        --json "$OUT/timed_accounting_cuda.json" ${TIMED_ACCOUNTING_ARGS:-} ;;
     # KernelBench's own eval beside ours (a checkout in $KERNELBENCH, default .kernelbench, carried;
     # its eval needs pydantic: carry the wheels in .whl, installed below when present).
     # DIFF_PROGRESS_FROM: the pairs file an earlier, cut-short call brought back (carried): only the rest is judged.
@@ -321,13 +323,13 @@ run_section() {
     # #43: one set as 1, 2 and 4 shards (cudaagent bench --shard), each shard its own bench process
     # started at once with its share of 16 workers, merged, compared with the unsharded run: the
     # verdicts and the leaderboard's verdict columns must be identical (timed columns move with the
-    # timing noise). Level 1's identity candidates (each problem's own Model), ids SHARDS_IDS.
+    # timing noise). Level SHARDS_LEVEL's identity candidates (each problem's own Model; default 1), ids SHARDS_IDS.
     shards) dir=${SHARDS_DIR:-/tmp/shards-identity}
             [ -d "$dir/candidates" ] || python3 -m benchmark.experiments.identity_set \
-              --kernelbench "${KERNELBENCH:-.kernelbench}" --level 1 --out "$dir/candidates"
+              --kernelbench "${KERNELBENCH:-.kernelbench}" --level "${SHARDS_LEVEL:-1}" --out "$dir/candidates"
             rm -rf "$dir/runs"
             timeout --signal=TERM --kill-after=30 "${SHARDS_TIMEOUT_S:-540}" python3 -m benchmark.experiments.shards \
-              --kernelbench "${KERNELBENCH:-.kernelbench}" --level 1 --problem-id "${SHARDS_IDS:-1-24}" \
+              --kernelbench "${KERNELBENCH:-.kernelbench}" --level "${SHARDS_LEVEL:-1}" --problem-id "${SHARDS_IDS:-1-24}" \
               --candidates "$dir/candidates" --device cuda --workers 16 \
               --bench-args="--policy calibration --baselines eager" --out "$dir/runs" --json "$OUT/shards.json"
             cp "$dir/runs/shards.md" "$OUT/" 2>/dev/null

@@ -11,6 +11,7 @@ factor its margin; a cheat far above the factor is caught whatever the machine's
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -49,21 +50,33 @@ def main() -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, help="write the rows here")
+    parser.add_argument("--only", action="append", help="only the candidates whose name contains this")
+    parser.add_argument("--no-sandbox-too", action="store_true",
+                        help="each candidate also with the sandbox off (what the sandbox adds to the loop around the calls)")
     args = parser.parse_args()
     timing = TimingConfig(warmup_ms=5, repeat_ms=20, min_samples=6, max_samples=60)
     config = EvalConfig(device=args.device, baselines=(), policy="permissive", timing_config=timing)
     rows = []
+    pairs = [(problem, candidate) for problem, candidate in PAIRS[args.device]
+             if not args.only or any(part in candidate.stem for part in args.only)]
+    variants = [("", config)] + ([(" (no sandbox)", dataclasses.replace(config, sandbox=False))]
+                                 if args.no_sandbox_too else [])
     for _ in range(args.repeats):
-        for problem, candidate in PAIRS[args.device]:
-            result = evaluate(problem, candidate, config)
-            account = result.timed_request
-            loop_ms = (account["allowed_ms"] - timing.unaccounted_slack_ms) / timing.unaccounted_factor if account else None
-            rows.append({"candidate": candidate.stem, "status": result.status,
-                         "rules": sorted({violation.rule for violation in result.violations}), **account,
-                         "used": round(account["unaccounted_ms"] / loop_ms, 3) if loop_ms else None})
+        for problem, candidate in pairs:
+            for label, variant in variants:
+                result = evaluate(problem, candidate, variant)
+                account = result.timed_request or {}
+                loop_ms = (account["allowed_ms"] - timing.unaccounted_slack_ms) / timing.unaccounted_factor if account else None
+                stats = result.timing.get("candidate")
+                calls = stats.samples if stats is not None else None
+                rows.append({"candidate": candidate.stem + label, "status": result.status,
+                             "rules": sorted({violation.rule for violation in result.violations}), **account,
+                             "calls": calls, "overlap": stats.launch_overlapped if stats is not None else None,
+                             "unaccounted_per_call_ms": round(account["unaccounted_ms"] / calls, 3) if account and calls else None,
+                             "used": round(account["unaccounted_ms"] / loop_ms, 3) if loop_ms else None})
     table = Table(title=f"Result.timed_request, {args.device}, {args.repeats} repeats (ms)")
-    columns = ["candidate", "status", "rules", "wall_ms", "cpu_ms", "samples_ms", "unaccounted_ms", "allowed_ms",
-               "new_threads_cpu_ms", "used"]
+    columns = ["candidate", "status", "rules", "calls", "overlap", "wall_ms", "cpu_ms", "samples_ms", "unaccounted_ms",
+               "unaccounted_per_call_ms", "allowed_ms", "new_threads_cpu_ms", "used"]
     for column in columns:
         table.add_column(column)
     for row in rows:
