@@ -24,14 +24,14 @@ import pandas as pd
 from benchmark.experiments.throughput_templates import write_candidates
 from benchmark.leaderboard import markdown_table
 from pytest_cudaagent import EvalConfig, evaluate
-from pytest_cudaagent.fast_build import (
+from pytest_cudaagent.builds.fast_build import (
     ensure_pch,
     pch_dir,
     pch_variant,
     requested_variants,
     split_nvcc_command,
 )
-from pytest_cudaagent.files import (
+from pytest_cudaagent.core.files import (
     FIXED_BINDING_FILES,
     WORKSPACE_FILES_DIR,
     check_candidate,

@@ -17,8 +17,8 @@ import time
 import pandas as pd
 import torch
 
-from pytest_cudaagent import compare
-from pytest_cudaagent.config import Tolerance
+from pytest_cudaagent.core import compare
+from pytest_cudaagent.core.config import Tolerance
 
 
 def _compare_ms(chunk: int, elements: int, repeats: int, wrong: float = 0.0) -> float:

@@ -34,8 +34,8 @@ def measure_in_this_process(problem: Path, candidate: Path, samples: int, pin_co
         os.sched_setaffinity(0, {pin_core})
     import torch
 
-    from pytest_cudaagent.files import import_file
-    from pytest_cudaagent.timer import Clock
+    from pytest_cudaagent.core.files import import_file
+    from pytest_cudaagent.timing.timer import Clock
 
     clock = Clock("cuda")
     problem_module = import_file(problem, "jitter_problem")

@@ -46,8 +46,8 @@ from benchmark.experiments.kernelbench_differential import (
 )
 from benchmark.experiments.published_styles import write_pairs
 from benchmark.progress import ResultsTail
-from pytest_cudaagent.pairing import Pair
-from pytest_cudaagent.results_file import read_results
+from pytest_cudaagent.records.pairing import Pair
+from pytest_cudaagent.records.results_file import read_results
 
 SIDES = ("kernelbench", "ours")
 # Result.phase_seconds up to the candidate's "built": the parent waits on each in turn while the

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmark.experiments.harness_throughput import fresh_cache_env
-from pytest_cudaagent.results_file import read_results_file
+from pytest_cudaagent.records.results_file import read_results_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Every process a run starts inherits this variable (value: the run's token), so a process left

@@ -13,11 +13,11 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from pytest_cudaagent.config import TimingConfig
-from pytest_cudaagent.files import import_file
-from pytest_cudaagent.guards import ForwardGuard
-from pytest_cudaagent.rules import get_policy
-from pytest_cudaagent.timer import Clock, Timer
+from pytest_cudaagent.core.config import TimingConfig
+from pytest_cudaagent.core.files import import_file
+from pytest_cudaagent.rules.guards import ForwardGuard
+from pytest_cudaagent.rules.rules import get_policy
+from pytest_cudaagent.timing.timer import Clock, Timer
 
 
 def main(argv=None) -> int:

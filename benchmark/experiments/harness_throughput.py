@@ -30,7 +30,7 @@ from benchmark.experiments.harness_timeline import ARRIVALS_FILE, LOCK_LOG_FILE,
 from benchmark.experiments.throughput_templates import Variant, write_candidates
 from benchmark.kernelbench import EXAMPLES_PROBLEMS, load_flat
 from benchmark.solutions import pair_solutions
-from pytest_cudaagent.result import Result
+from pytest_cudaagent.core.result import Result
 
 # KernelBench's eval: 5 correctness trials, then 3 warm-ups and 100 timed trials.
 CHECKS, WARMUPS, TRIALS = 5, 3, 100
@@ -83,7 +83,7 @@ def sequential_eval(problem_path: Path, candidate_path: Path, device: str, seed:
 
     import torch
 
-    from pytest_cudaagent.files import import_file
+    from pytest_cudaagent.core.files import import_file
 
     record = {"candidate": str(candidate_path), "verdict": "correct", "seconds": {}}
     problem = import_file(problem_path, f"throughput_problem_{problem_path.stem}")
@@ -126,7 +126,7 @@ def sequential_baselines(problem_path: Path, device: str) -> dict:
 
     import torch
 
-    from pytest_cudaagent.files import import_file
+    from pytest_cudaagent.core.files import import_file
 
     problem = import_file(problem_path, f"throughput_baseline_{problem_path.stem}")
     began = time.perf_counter()

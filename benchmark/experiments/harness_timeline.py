@@ -5,7 +5,7 @@ after the batch started) and the GPU timing lock's holds (`CUDAAGENT_LOCK_LOG`).
 phases ran one after the other and end at its arrival, so its phases are laid back from there
 (`Result.profile["parent.start"]`, `Result.phase_seconds`, then the close), after the time its
 candidate's worker ran before its evaluation began (`Result.env["started_ahead_s"]`: started
-while the worker's previous candidate was checked, pytest_cudaagent.start_ahead). This prints, per
+while the worker's previous candidate was checked, pytest_cudaagent.workers.start_ahead). This prints, per
 candidate, when it started and how long each phase took; the time before the first evaluation
 started (xdist and the workers' imports); how long the timing lock was held; and draws it all as
 one bar per candidate (`--plot`).
@@ -26,7 +26,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from pytest_cudaagent.result import Result
+from pytest_cudaagent.core.result import Result
 
 ARRIVALS_FILE = "arrivals.json"
 LOCK_LOG_FILE = "timing-locks.log"

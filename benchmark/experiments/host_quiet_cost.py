@@ -59,7 +59,7 @@ WAYS = ("alone", "none", "reserve", "pause")
 def compile_loop(source: Path, counter: Path, reserved: int) -> None:
     """A compiler that never stops (until killed), counting its compiles in `counter`."""
     if reserved:
-        from pytest_cudaagent.host_quiet import untimed_worker
+        from pytest_cudaagent.timing.host_quiet import untimed_worker
 
         untimed_worker(reserved)
     done = 0
@@ -113,10 +113,10 @@ def _forward(device: str):
 def run_way(way: str, device: str, seconds: float, gap_ms: float, compilers_wanted: int, reserved: int) -> dict:
     import torch
 
-    from pytest_cudaagent.config import TimingConfig
-    from pytest_cudaagent.host_quiet import HOST_ENV, record_host, untimed_worker
-    from pytest_cudaagent.locks import device_lock
-    from pytest_cudaagent.timer import Clock, Timer
+    from pytest_cudaagent.core.config import TimingConfig
+    from pytest_cudaagent.timing.host_quiet import HOST_ENV, record_host, untimed_worker
+    from pytest_cudaagent.timing.locks import device_lock
+    from pytest_cudaagent.timing.timer import Clock, Timer
 
     with tempfile.TemporaryDirectory() as work_dir:
         work = Path(work_dir)

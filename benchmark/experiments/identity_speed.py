@@ -44,7 +44,7 @@ from benchmark.batch import BatchSettings, run_batch
 from benchmark.experiments.identity_set import write_identity_set
 from benchmark.kernelbench import Problem, level_label, level_of, load_flat, load_tree, select
 from benchmark.solutions import pair_solutions
-from pytest_cudaagent.config import EvalConfig, TimingConfig
+from pytest_cudaagent.core.config import EvalConfig, TimingConfig
 
 REPO = Path(__file__).resolve().parents[2]
 BAND = (0.95, 1.05)  # the GPU target: 90% of identity speedups in here, median 1.00 +- 0.02
@@ -260,7 +260,7 @@ def run_kernelbench(args) -> int:
 def bench_speedups(results: Path) -> list[dict]:
     """One row per pair of a bench run: its level, speedup vs eager (None unless passed), status
     and whether its eager baseline was flagged unstable."""
-    from pytest_cudaagent.results_file import read_results
+    from pytest_cudaagent.records.results_file import read_results
 
     rows = []
     for result in read_results(results):

@@ -37,7 +37,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pytest_cudaagent import BadFileError, EvalConfig, evaluate
-from pytest_cudaagent.pairing import Pair, pair_directory
+from pytest_cudaagent.records.pairing import Pair, pair_directory
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PAIR_DIRS = [(REPO / "tests" / "compat" / "problems", REPO / "tests" / "compat" / "candidates"),

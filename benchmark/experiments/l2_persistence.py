@@ -19,10 +19,10 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from pytest_cudaagent.config import TimingConfig
-from pytest_cudaagent.files import import_file
-from pytest_cudaagent.l2_persistence import NoPersistenceGuard, persistence_guard
-from pytest_cudaagent.timer import Clock, Timer
+from pytest_cudaagent.core.config import TimingConfig
+from pytest_cudaagent.core.files import import_file
+from pytest_cudaagent.rules.l2_persistence import NoPersistenceGuard, persistence_guard
+from pytest_cudaagent.timing.timer import Clock, Timer
 
 REPO = Path(__file__).resolve().parents[2]
 PROBLEM = REPO / "tests" / "data" / "problems" / "relu_16mb.py"

@@ -5,7 +5,7 @@ import sys
 
 import torch
 
-from pytest_cudaagent.files import import_file
+from pytest_cudaagent.core.files import import_file
 
 
 def main() -> None:

@@ -23,9 +23,10 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from pytest_cudaagent import EvalConfig, evaluate, zygote
-from pytest_cudaagent.config import resolve_device
-from pytest_cudaagent.pairing import pair_directory
+from pytest_cudaagent import EvalConfig, evaluate
+from pytest_cudaagent.core.config import resolve_device
+from pytest_cudaagent.records.pairing import pair_directory
+from pytest_cudaagent.workers import zygote
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -26,8 +26,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from pytest_cudaagent import sandbox as box
-from pytest_cudaagent.config import SandboxLimits
+from pytest_cudaagent.core.config import SandboxLimits
+from pytest_cudaagent.workers import sandbox as box
 
 LAYERS = ("namespaces", "mounts", "rlimits", "landlock", "capabilities")
 

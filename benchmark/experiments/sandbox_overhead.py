@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from pytest_cudaagent import EvalConfig, evaluate
-from pytest_cudaagent.config import resolve_device
-from pytest_cudaagent.envinfo import device_name
+from pytest_cudaagent.core.config import resolve_device
+from pytest_cudaagent.system.envinfo import device_name
 
 REPO = Path(__file__).resolve().parents[2]
 # On a GPU an honest CUDA extension; on the CPU a torch-operator candidate (permissive policy), so

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from pytest_cudaagent import EvalConfig, evaluate
-from pytest_cudaagent.config import BACKEND_PRESETS
+from pytest_cudaagent.core.config import BACKEND_PRESETS
 
 # Issue 22's goal: per-candidate speedups within this band of KernelBench's, for at least 80% of
 # the candidates, and geomeans within 15%; every ratio outside the band needs a named reason.

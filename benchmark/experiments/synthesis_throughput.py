@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pytest_cudaagent.lifetime import stop_on_sigterm
+from pytest_cudaagent.system.lifetime import stop_on_sigterm
 from synthesis.compose import ComposerConfig
 from synthesis.filters import FilterConfig
 from synthesis.manifest import Manifest

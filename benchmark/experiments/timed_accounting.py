@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pytest_cudaagent import EvalConfig, evaluate
-from pytest_cudaagent.config import TimingConfig
+from pytest_cudaagent.core.config import TimingConfig
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"

@@ -86,8 +86,8 @@ def gap_rows(calls: int = 10) -> dict:
     import pynvml
     import torch
 
-    from pytest_cudaagent.config import TimingConfig
-    from pytest_cudaagent.timer import Clock, Timer, load_content
+    from pytest_cudaagent.core.config import TimingConfig
+    from pytest_cudaagent.timing.timer import Clock, Timer, load_content
 
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
@@ -241,7 +241,7 @@ def _kernelbench_loop(fn, inputs, calls: int, device: str) -> tuple[list[float],
 
 def _our_timed_call(timer, call, overlap: bool, steps: _Steps) -> tuple[float, object]:
     """Timer.timed_call's steps, each lapped."""
-    from pytest_cudaagent.timer import call_time_ms
+    from pytest_cudaagent.timing.timer import call_time_ms
 
     timer.persistence.reset()
     steps.lap("persisting-L2 reset")
@@ -258,7 +258,7 @@ def _our_timed_call(timer, call, overlap: bool, steps: _Steps) -> tuple[float, o
 
 def _baseline_loop(timer, fn, content_sets, calls: int, overlap: bool) -> tuple[list[float], _Steps]:
     """Timer.measure's timed calls: a few buffers refilled round by round, the last output kept."""
-    from pytest_cudaagent.timer import input_buffers, load_content
+    from pytest_cudaagent.timing.timer import input_buffers, load_content
 
     buffers, sets, steps, samples = input_buffers(content_sets), len(content_sets), _Steps(), []
     kept = [None] * sets
@@ -276,9 +276,9 @@ def _baseline_loop(timer, fn, content_sets, calls: int, overlap: bool) -> tuple[
 def _candidate_loop(timer, fn, content_sets, fresh_sets, device: str, overlap: bool) -> tuple[list[float], _Steps]:
     """The worker's timed calls: each on a fresh set staged on the device, seeded, its output
     copied into the slab taken before the first call and dropped."""
-    from pytest_cudaagent.outputs import inspect_outputs
-    from pytest_cudaagent.timer import OutputCopies, input_buffers, load_content
-    from pytest_cudaagent.worker import _seed_all
+    from pytest_cudaagent.rules.outputs import inspect_outputs
+    from pytest_cudaagent.timing.timer import OutputCopies, input_buffers, load_content
+    from pytest_cudaagent.workers.worker import _seed_all
 
     buffers, steps, samples = input_buffers(content_sets), _Steps(), []
     probe = fn(*buffers[0])
@@ -307,8 +307,8 @@ def step_rows(forward: str, calls: int, device: str) -> dict:
 
     import torch
 
-    from pytest_cudaagent.config import TimingConfig
-    from pytest_cudaagent.timer import Clock, Timer
+    from pytest_cudaagent.core.config import TimingConfig
+    from pytest_cudaagent.timing.timer import Clock, Timer
 
     fn, make_inputs = STEP_FORWARDS[forward](device)
     timer = Timer(Clock(device), TimingConfig())

@@ -36,7 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmark.experiments.identity_set import identity_source
-from pytest_cudaagent.config import EvalConfig, TimingConfig
+from pytest_cudaagent.core.config import EvalConfig, TimingConfig
 
 RNN_LOOP = '''import torch
 import torch.nn as nn
@@ -134,8 +134,8 @@ def operators_per_call(module, device: str) -> int:
 
 def watcher_costs(module, device: str, calls: int) -> list[tuple[str, float]]:
     """Median ms of one forward, in this process, under each way of watching it."""
-    from pytest_cudaagent.guards import ForwardGuard
-    from pytest_cudaagent.rules import get_policy
+    from pytest_cudaagent.rules.guards import ForwardGuard
+    from pytest_cudaagent.rules.rules import get_policy
 
     model = module.Model(*module.get_init_inputs()).to(device).eval()
     inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]

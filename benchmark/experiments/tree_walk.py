@@ -1,5 +1,5 @@
 """What the parent's memory check of a worker costs: psutil's recursive walk against the tree's own
-/proc children files (pytest_cudaagent/proc_tree.py), with other processes running on the machine.
+/proc children files (pytest_cudaagent/system/proc_tree.py), with other processes running on the machine.
 
 python -m benchmark.experiments.tree_walk [--others 0 200 500] [--checks 100]
 
@@ -18,7 +18,7 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
-from pytest_cudaagent import proc_tree
+from pytest_cudaagent.system import proc_tree
 
 CHECK_PERIOD_S = 0.05
 

@@ -36,8 +36,13 @@ from pathlib import Path
 
 from benchmark.experiments.identity_set import identity_source, write_identity_set
 from benchmark.kernelbench import load_tree, select
-from pytest_cudaagent.result import CANDIDATE_STATUSES, HARNESS_STATUSES, PROBLEM_STATUSES, Result
-from pytest_cudaagent.results_file import read_results
+from pytest_cudaagent.core.result import (
+    CANDIDATE_STATUSES,
+    HARNESS_STATUSES,
+    PROBLEM_STATUSES,
+    Result,
+)
+from pytest_cudaagent.records.results_file import read_results
 
 CASES = Path(__file__).resolve().parent / "under_load_cases"
 # A case heavy on the host (2 GiB a set, about 46 GiB of host memory per evaluation with timing):

@@ -29,7 +29,7 @@ if sys.argv[2] == "cuda":
     torch.zeros(1, device="cuda")
 cuda_ready = time.perf_counter()
 sys.path.insert(0, sys.argv[3])
-from pytest_cudaagent.files import import_file
+from pytest_cudaagent.core.files import import_file
 profile = cProfile.Profile()
 profile.enable()
 import_file(__import__("pathlib").Path(sys.argv[1]), "candidate")

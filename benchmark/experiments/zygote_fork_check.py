@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-from pytest_cudaagent.zygote import PRELOAD
+from pytest_cudaagent.workers.zygote import PRELOAD
 
 
 def child_in_bad_fork() -> bool:

@@ -78,8 +78,8 @@ def test_our_rows_count_the_phases_the_build_overlaps_as_the_build(tmp_path):
     """The candidate builds from its start while the parent waits on the sandbox's report and the
     reference: those waits are build time, and outside it is what follows the build."""
     from benchmark.experiments.eval_side_by_side import our_rows
-    from pytest_cudaagent.result import Result
-    from pytest_cudaagent.results_file import append_result
+    from pytest_cudaagent.core.result import Result
+    from pytest_cudaagent.records.results_file import append_result
 
     result = Result("/k/level2_7_x.py", "/c/level2_7_x.py", status="passed")
     result.phase_seconds = {"sandbox": 1.0, "reference": 4.0, "build": 100.0, "construct": 0.5, "correctness": 2.5}

@@ -7,7 +7,7 @@ import pytest
 
 from benchmark.experiments.throughput_templates import variants
 from benchmark.kernelbench import EXAMPLES_PROBLEMS
-from pytest_cudaagent.results_file import read_results
+from pytest_cudaagent.records.results_file import read_results
 
 from .bench_helpers import run_cli
 

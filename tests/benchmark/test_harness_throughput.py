@@ -10,7 +10,7 @@ from benchmark.experiments.harness_throughput import compare_runs, fresh_cache_e
 from benchmark.experiments.throughput_templates import variants, write_candidates
 from benchmark.kernelbench import EXAMPLES_PROBLEMS, load_flat
 from benchmark.solutions import pair_solutions
-from pytest_cudaagent.files import check_candidate
+from pytest_cudaagent.core.files import check_candidate
 
 from .bench_helpers import PROBLEM, fake_result, write_candidate
 

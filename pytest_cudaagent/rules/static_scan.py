@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from .files import Candidate
-from .result import Violation
+from ..core.files import Candidate
+from ..core.result import Violation
 from .rules import ALLOCATION_OPS, VIEW_OPS
 
 _ALLOWED_TORCH_CALLS = ALLOCATION_OPS | VIEW_OPS | {

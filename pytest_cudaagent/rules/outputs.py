@@ -9,11 +9,11 @@ from collections.abc import Callable
 
 import torch
 
+from ..core import tensor_trees as trees
+from ..core.compare import as_output_list, describe, same_values
+from ..core.result import Violation
+from ..core.shared_tensors import shared_copy, shared_empty
 from . import output_memory
-from . import tensor_trees as trees
-from .compare import as_output_list, describe, same_values
-from .result import Violation
-from .shared_tensors import shared_copy, shared_empty
 
 # Bytes of device copies kept per evaluation: of the inputs around one correctness call
 # (device_snapshot), of the outputs held until check_held (held_copies). Beyond them, host copies.

@@ -16,7 +16,7 @@ import time
 import traceback
 from pathlib import Path
 
-from .fast_build import install as install_fast_build
+from ..builds.fast_build import install as install_fast_build
 
 
 def _fresh_seed() -> int:
@@ -24,8 +24,8 @@ def _fresh_seed() -> int:
 
 
 def setup_worker(spec: dict) -> None:
+    from ..timing.host_quiet import reserved_in, untimed_worker
     from .channel import redirect_stdio
-    from .host_quiet import reserved_in, untimed_worker
 
     redirect_stdio(spec["log_path"])
     os.environ.update(spec["env"])
@@ -75,7 +75,7 @@ def serve_requests(conn, handlers: dict) -> None:
 
 def _to_device(values, device: str):
     """Each input on `device`, tensors nested in lists, tuples and dicts included."""
-    from .tensor_trees import map_tensors
+    from ..core.tensor_trees import map_tensors
 
     return [map_tensors(lambda tensor: tensor.to(device), value) for value in values]
 
@@ -83,7 +83,7 @@ def _to_device(values, device: str):
 def _pristine(values: list) -> list:
     """Private copies of a set's inputs for one more call (a model may write into its inputs),
     tensors nested in lists, tuples and dicts included."""
-    from .tensor_trees import map_tensors
+    from ..core.tensor_trees import map_tensors
 
     return [map_tensors(lambda tensor: tensor.clone(), value) for value in values]
 
@@ -102,7 +102,7 @@ def same_as_recorded(recorded: list, outputs: list) -> bool:
     the tolerance as before."""
     import torch
 
-    from .compare import same_values
+    from ..core.compare import same_values
 
     if len(recorded) != len(outputs):
         return False
@@ -139,28 +139,28 @@ def _input_after(now, lent):
 
 def _tensor_bytes(values) -> int:
     """The bytes of every tensor in `values`, nested ones included (tensor_trees.py)."""
-    from .tensor_trees import nbytes
+    from ..core.tensor_trees import nbytes
 
     return nbytes(list(values))
 
 
 def _to_send(values):
     """Host copies of what goes to the evaluator, made in shared memory (shared_tensors.py)."""
-    from .shared_tensors import shared_copies
+    from ..core.shared_tensors import shared_copies
 
     return shared_copies(values)
 
 
 def tf32_switches(configured) -> set[str]:
     """TF32 (or bf16) switched on beyond the run's settings `configured` (backend_settings)."""
-    from .backend_settings import capture, lower_precision_signs
+    from ..timing.backend_settings import capture, lower_precision_signs
 
     return set(lower_precision_signs(configured, capture()))
 
 
 def configured_settings(config):
     """The run's backend settings, from this (fresh) process's PyTorch defaults, applied."""
-    from .backend_settings import apply, capture, for_preset
+    from ..timing.backend_settings import apply, capture, for_preset
 
     configured = for_preset(config.backend, capture())
     unreached = apply(configured)
@@ -208,8 +208,8 @@ def timed_calls(timer, call_on, buffers: list, timed_inputs: list, seeds: list[i
     host. The candidate's timed loop, and the same loop on the reference's worker with a call
     that does nothing, from which the evaluator learns what the loop costs around the calls
     (outside_view.LoopCost). Each set is dropped once loaded."""
-    from .outputs import inspect_outputs
-    from .timer import load_content
+    from ..rules.outputs import inspect_outputs
+    from ..timing.timer import load_content
 
     samples, stamps, outputs, violations = [], [], [], []
     for call_index, seed in enumerate(seeds):
@@ -240,14 +240,21 @@ def reference_main(conn, spec: dict) -> None:
     setup_worker(spec)
     import torch
 
-    from .backend_settings import BackendSettings, applied, apply, capture, diff, reference_settings
-    from .compare import compare_outputs
-    from .config import EvalConfig
-    from .conventions import get_convention, training_mode_hint
-    from .files import import_file
-    from .host_quiet import fit_timed_threads
-    from .locks import device_lock, device_work
-    from .timer import Clock, OutputCopies, Timer, input_buffers, staged_on_device
+    from ..core.compare import compare_outputs
+    from ..core.config import EvalConfig
+    from ..core.conventions import get_convention, training_mode_hint
+    from ..core.files import import_file
+    from ..timing.backend_settings import (
+        BackendSettings,
+        applied,
+        apply,
+        capture,
+        diff,
+        reference_settings,
+    )
+    from ..timing.host_quiet import fit_timed_threads
+    from ..timing.locks import device_lock, device_work
+    from ..timing.timer import Clock, OutputCopies, Timer, input_buffers, staged_on_device
 
     config = EvalConfig.from_dict(spec["config"])
     convention = get_convention(config.convention)
@@ -563,17 +570,30 @@ def serve_candidate(conn, spec: dict, sandbox_report: dict) -> None:
     import torch
     import torch._dynamo  # noqa: F401
 
-    from .backend_settings import allows_tf32, capture
-    from .config import EvalConfig
-    from .conventions import get_convention, load_reference_weights
-    from .files import Candidate, build_workspace_extension, exec_file, import_file
-    from .guards import ForwardGuard
-    from .host_quiet import fit_timed_threads
-    from .memory import poison_free_memory
-    from .outputs import device_snapshot, held_copies, inspect_outputs, storage_changes, unchanged
-    from .provenance import own_kernel_names, precision_flags
-    from .rules import get_policy
-    from .timer import Clock, OutputCopies, Timer, input_buffers, load_content, staged_on_device
+    from ..core.config import EvalConfig
+    from ..core.conventions import get_convention, load_reference_weights
+    from ..core.files import Candidate, build_workspace_extension, exec_file, import_file
+    from ..rules.guards import ForwardGuard
+    from ..rules.memory import poison_free_memory
+    from ..rules.outputs import (
+        device_snapshot,
+        held_copies,
+        inspect_outputs,
+        storage_changes,
+        unchanged,
+    )
+    from ..rules.provenance import own_kernel_names, precision_flags
+    from ..rules.rules import get_policy
+    from ..timing.backend_settings import allows_tf32, capture
+    from ..timing.host_quiet import fit_timed_threads
+    from ..timing.timer import (
+        Clock,
+        OutputCopies,
+        Timer,
+        input_buffers,
+        load_content,
+        staged_on_device,
+    )
 
     config = EvalConfig.from_dict(spec["config"])
     convention = get_convention(config.convention)

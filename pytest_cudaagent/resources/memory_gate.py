@@ -55,12 +55,12 @@ class Reservation:
 
 def free_memory(device: str) -> tuple[int | None, int]:
     """(free device bytes, or None where NVML cannot say; available host bytes)."""
-    from .host_memory import available_bytes
+    from ..system.host_memory import available_bytes
 
     device_free = None
     if device == "cuda":
         try:
-            from .envinfo import _nvml, _visible_nvml_handle
+            from ..system.envinfo import _nvml, _visible_nvml_handle
 
             pynvml = _nvml()
             device_free = int(pynvml.nvmlDeviceGetMemoryInfo(_visible_nvml_handle(pynvml)).free)
@@ -84,7 +84,7 @@ def device_key(device: str) -> str:
     """The gate's name for the device, read without starting CUDA (NVML's UUID of the visible GPU)."""
     if device != "cuda":
         return "host"
-    from .envinfo import gpu_info
+    from ..system.envinfo import gpu_info
 
     uuid = gpu_info().get("gpu_uuid")
     if uuid:
@@ -94,7 +94,7 @@ def device_key(device: str) -> str:
 
 def gate_root() -> Path:
     """Where the machine's evaluating processes meet: beside locks.lock_dir() (CUDAAGENT_LOCK_DIR)."""
-    from .locks import lock_dir
+    from ..timing.locks import lock_dir
 
     return lock_dir().parent / "cudaagent-memory-gate"
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .config import TimingConfig
-from .l2_persistence import persistence_guard
-from .tensor_trees import map_tensors, nbytes, refill
+from ..core.config import TimingConfig
+from ..core.tensor_trees import map_tensors, nbytes, refill
+from ..rules.l2_persistence import persistence_guard
 
 _perf_counter_ns = time.perf_counter_ns
 

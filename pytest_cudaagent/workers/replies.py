@@ -33,7 +33,7 @@ ALLOWED_GLOBALS = frozenset({
     ("torch", "Size"),
     ("torch", "Tensor"),
     ("torch", "device"),
-    ("pytest_cudaagent.result", "Violation"),
+    ("pytest_cudaagent.core.result", "Violation"),
 })
 
 

@@ -12,8 +12,10 @@ from pathlib import Path
 import psutil
 import torch.multiprocessing as torch_mp
 
-from . import host_quiet, proc_tree, zygote
-from .lifetime import lead_session_and_reap_it
+from ..system import proc_tree
+from ..system.lifetime import lead_session_and_reap_it
+from ..timing import host_quiet
+from . import zygote
 from .replies import ForbiddenReply, load_reply
 from .sandbox import PROCESS_WATCH_EXIT
 

@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import SANDBOX_READ_PATHS, SandboxLimits
-from .fd_wait import readable
+from ..core.config import SANDBOX_READ_PATHS, SandboxLimits
+from ..system.fd_wait import readable
 
 # Pieces `--require-sandbox` insists on. "process_limit" is a cgroup's pids.max or, for a user
 # other than root, RLIMIT_NPROC (the kernel never applies RLIMIT_NPROC to root); for root without
@@ -334,7 +334,7 @@ def _namespace_process_count(init: int) -> int:
         return sum(1 for entry in os.listdir("/proc") if entry.isdigit())
     import psutil
 
-    from .proc_tree import tree_pids
+    from ..system.proc_tree import tree_pids
 
     try:
         return len(tree_pids(init))
@@ -404,7 +404,7 @@ def _set_rlimits(limits: dict, report: dict) -> None:
 
 
 def _read_paths(settings: dict) -> list[str]:
-    package = str(Path(__file__).resolve().parent)
+    package = str(Path(__file__).resolve().parents[1])  # pytest_cudaagent/, not only workers/
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     cuda = [os.environ.get(name, "") for name in ("CUDA_HOME", "CUDA_PATH")]
     return [*SANDBOX_READ_PATHS, *prefixes, *site.getsitepackages(), package, *cuda, *settings["readable"]]

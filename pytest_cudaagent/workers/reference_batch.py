@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .files import file_hash
+from ..core.files import file_hash
 
 if TYPE_CHECKING:  # channel imports torch; the plugin closes kept references without it
     from .channel import Worker

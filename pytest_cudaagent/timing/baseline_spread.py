@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .config import TimingConfig
-from .result import TimingStats, Violation
+from ..core.config import TimingConfig
+from ..core.result import TimingStats, Violation
 
 RULE = "unstable_baseline"  # a contract: the leaderboard leaves these rows out of headline geomeans
 

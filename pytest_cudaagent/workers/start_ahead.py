@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # channel imports torch; the plugin announces and forgets without it
+    from ..core.config import EvalConfig
+    from ..core.files import Candidate
     from .channel import Worker
-    from .config import EvalConfig
-    from .files import Candidate
     from .sandbox import Sandbox
 
 

@@ -15,7 +15,7 @@ import functools
 import os
 from dataclasses import dataclass
 
-from .config import BACKEND_PRESETS
+from ..core.config import BACKEND_PRESETS
 
 # The legacy switches, the names users know; PyTorch keeps them consistent with each other
 # (float32_matmul_precision "highest" means matmul allow_tf32 off). Set through

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .files import Candidate
+from ..core.files import Candidate
 from .rules import ALLOWED_TORCH_KERNELS, LIBRARY_KERNELS, Policy
 
 _HALF_PRECISION = re.compile(r"bf16|f16|fp16|half|hmma|h884|h1688", re.IGNORECASE)

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from .proc_tree import tree_pids
-from .result import Violation
+from ..core.result import Violation
+from ..system.proc_tree import tree_pids
 
 UNACCOUNTED = "timing_unaccounted"
 THREADS = "background_thread"

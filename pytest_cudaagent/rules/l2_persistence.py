@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from .result import Violation
+from ..core.result import Violation
 
 RULE = "l2_persistence"
 

@@ -31,7 +31,7 @@ import traceback
 from multiprocessing import reduction, util
 from multiprocessing.connection import Connection
 
-from .fd_wait import readable, ready
+from ..system.fd_wait import readable, ready
 
 # Imported once in the zygote: what every worker imports before its first request, and what the
 # candidate's worker imports before the candidate (the guards' references predate its code).
@@ -41,11 +41,11 @@ from .fd_wait import readable, ready
 # "Cannot re-initialize CUDA in forked subprocess") and starts the driver's threads
 # (benchmark/experiments/zygote_fork_check.py shows which import does).
 PRELOAD = ("numpy", "torch", "torch._dynamo", "triton", "triton.language",
-           "pytest_cudaagent.worker", "pytest_cudaagent.guards", "pytest_cudaagent.timer",
-           "pytest_cudaagent.provenance", "pytest_cudaagent.outputs", "pytest_cudaagent.memory",
-           "pytest_cudaagent.locks", "pytest_cudaagent.conventions", "pytest_cudaagent.files",
-           "pytest_cudaagent.compare", "pytest_cudaagent.backend_settings", "pytest_cudaagent.sandbox",
-           "pytest_cudaagent.static_scan", "pytest_cudaagent.rules")
+           "pytest_cudaagent.workers.worker", "pytest_cudaagent.rules.guards", "pytest_cudaagent.timing.timer",
+           "pytest_cudaagent.rules.provenance", "pytest_cudaagent.rules.outputs", "pytest_cudaagent.rules.memory",
+           "pytest_cudaagent.timing.locks", "pytest_cudaagent.core.conventions", "pytest_cudaagent.core.files",
+           "pytest_cudaagent.core.compare", "pytest_cudaagent.timing.backend_settings", "pytest_cudaagent.workers.sandbox",
+           "pytest_cudaagent.rules.static_scan", "pytest_cudaagent.rules.rules")
 ENABLE_ENV = "CUDAAGENT_ZYGOTE"
 READY_TIMEOUT_S = 600.0  # the first fork waits for the imports (tens of seconds on a cold disk)
 EXIT_WAIT_S = 5.0  # a closed zygote's own exit, before it is killed

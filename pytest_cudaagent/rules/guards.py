@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .result import Violation
+from ..core.result import Violation
 from .rules import HALF_DTYPES, SCALAR_READ_OPS, Policy
 
 _HOST_LIBRARIES = ("numpy", "scipy", "numba", "cupy", "jax")

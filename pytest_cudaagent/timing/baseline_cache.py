@@ -16,10 +16,10 @@ import os
 import time
 from pathlib import Path
 
-from .config import TimingConfig
-from .envinfo import device_name
+from ..core.config import TimingConfig
+from ..core.result import TimingStats
+from ..system.envinfo import device_name
 from .locks import file_lock
-from .result import TimingStats
 
 
 class BaselineCache:

@@ -113,7 +113,7 @@ def record_host(gpus: Iterable[str] | None = None) -> HostPlan:
         return HostPlan(tuple(int(cpu) for cpu in cpus.split(",") if cpu),
                         tuple(gpu for gpu in gpu_list.split(",") if gpu))
     if gpus is None:
-        from .gpu_pinning import visible_gpus
+        from ..system.gpu_pinning import visible_gpus
 
         gpus = visible_gpus()
     plan = HostPlan(tuple(sorted(os.sched_getaffinity(0))), tuple(gpus))
@@ -153,7 +153,7 @@ def move_threads(pids: Iterable[int], cpus: Iterable[int]) -> int:
 
 def move_tree(root: int, cpus: Iterable[int]) -> int:
     """`root`, its descendants and all their threads onto `cpus` (move_threads)."""
-    from .proc_tree import tree_pids
+    from ..system.proc_tree import tree_pids
 
     try:
         pids = tree_pids(root)
@@ -165,7 +165,7 @@ def move_tree(root: int, cpus: Iterable[int]) -> int:
 def reserved_in(spec: dict) -> int | None:
     """The reserved CPUs a worker's spec asks for (its EvalConfig's TimingConfig, or a synthesis
     FilterConfig's `timing`, else the default: None, automatic); 0 for a run that times nothing."""
-    from .config import TimingConfig
+    from ..core.config import TimingConfig
 
     config = spec.get("config") or {}
     if config.get("timing") is False:

@@ -70,7 +70,7 @@ MEMORY_POLICY_HELP = ("device memory shared with other evaluations: admit (start
 
 
 def default_memory_cap_gb() -> float:
-    from .host_memory import default_cap_gb
+    from ..system.host_memory import default_cap_gb
 
     return default_cap_gb()
 

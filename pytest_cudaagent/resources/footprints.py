@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import EvalConfig
+from ..core.config import EvalConfig
 
 # A CUDA context with torch's kernels loaded; each pair has two (the reference's, the candidate's).
 CONTEXT_BYTES = 512 * 1024**2
@@ -64,7 +64,7 @@ class FootprintStore:
         self.root = Path(cache_dir) / "footprints"
 
     def key(self, problem: Path, device: str) -> str:
-        from .envinfo import device_name
+        from ..system.envinfo import device_name
 
         digest = hashlib.sha256(Path(problem).read_bytes())
         digest.update(b"\0" + device_name(device).encode())

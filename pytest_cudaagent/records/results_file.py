@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .locks import file_lock
-from .result import Result
+from ..core.result import Result
+from ..timing.locks import file_lock
 from .state_files import JsonLines, read_json_lines, write_line
 
 

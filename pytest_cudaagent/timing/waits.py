@@ -25,7 +25,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .lifetime import alive
+from ..system.lifetime import alive
 
 RUN_ID_ENV = "CUDAAGENT_RUN_ID"
 RUN_COMMAND_ENV = "CUDAAGENT_RUN_COMMAND"

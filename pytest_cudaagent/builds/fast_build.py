@@ -34,9 +34,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.config import BUILD_NICENESS, PCH_BUILD_TIMEOUT_S
+from ..timing.locks import file_lock
 from . import header_diet, split_nvcc
-from .config import BUILD_NICENESS, PCH_BUILD_TIMEOUT_S
-from .locks import file_lock
 
 PCH_HEADER = "cudaagent_pch.h"
 PCH_DONE = "done.json"
@@ -280,7 +280,7 @@ def requested_variants(candidate, device: str) -> list[PchVariant]:
     each `load_inline`/`load` call whose `extra_cflags` is written out as a list of strings and
     whose C++ may include torch/extension.h. A workspace builds with the evaluator's own flags
     (files.build_workspace_extension), its binding through binding_registry.h, which includes it."""
-    from .files import WORKSPACE_CFLAGS
+    from ..core.files import WORKSPACE_CFLAGS
 
     if candidate.workspace:
         calls = [(WORKSPACE_CFLAGS, device == "cuda", EXTENSION_HEADERS)]
