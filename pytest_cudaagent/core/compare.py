@@ -118,7 +118,7 @@ def compare_outputs(
 # beside the test's other xdist workers and their children, each with a thread per core, and a
 # parallel region per op then waits for threads that are not scheduled. On the H100 machine
 # (16 cores, 6 test workers) comparing the timed outputs of a 16M-element candidate took over
-# five minutes with 262144-element chunks; `python -m benchmark.experiments.compare_contention`
+# five minutes with 262144-element chunks; `python -m experiments.compare_contention`
 # prints the table. Chunks (rather than whole tensors) keep the temporaries in cache.
 COMPARE_CHUNK = 1 << 14
 

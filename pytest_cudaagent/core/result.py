@@ -86,7 +86,7 @@ class Result:
     phase_seconds: dict[str, float] = field(default_factory=dict)  # build, correctness, timing...
     # Finer than phase_seconds, summed over calls: "reference.<request>" and "candidate.<request>"
     # (waiting on each kind of worker request, its transfer included), "compare" (the parent's
-    # output comparisons). benchmark/experiments/phase_profile.py tabulates it.
+    # output comparisons). experiments/phase_profile.py tabulates it.
     profile: dict[str, float] = field(default_factory=dict)
     device: str = "cpu"
     convention: str = "kernelbench"  # whose "correct" the verdict follows (config.CONVENTIONS)

@@ -70,7 +70,7 @@ class Policy:
 POLICIES = {
     "strict": Policy("strict", allow_torch_compute=False, reject_lower_precision=True, reject_output_reuse=True),
     "permissive": Policy("permissive", allow_torch_compute=True, allow_model_scalar_reads=True),
-    # The reference given as its own candidate (benchmark/experiments/identity_set.py) runs only
+    # The reference given as its own candidate (experiments/identity_set.py) runs only
     # PyTorch's kernels: verdicts and speedups of the harness itself, which must read "passed, 1.00x".
     "calibration": Policy("calibration", allow_torch_compute=True, require_own_kernel=False,
                           allow_model_scalar_reads=True),

@@ -2,7 +2,7 @@
 candidate: its process or one of its compilers ended by SIGKILL or SIGTERM (a user's kill, a
 neighbour's OOM kill, a shutting-down machine). Such an evaluation is run once more (`evaluate`),
 so an interrupted run resumes to the verdicts an uninterrupted one gives (issue #17,
-`benchmark.experiments.fault_injection`). A candidate that kills itself that way is killed again
+`experiments.fault_injection`). A candidate that kills itself that way is killed again
 in the second evaluation and keeps its verdict; one that does it only sometimes gets one more
 fully checked evaluation, and the Result says so (`evaluated_again`).
 """

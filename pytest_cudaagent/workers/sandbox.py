@@ -239,7 +239,7 @@ def confine(settings: dict, run, prepare=None) -> None:
 
     `prepare()` runs inside the namespaces, before the rlimits, Landlock and the capability drop:
     the GPU driver is initialised there, since under Landlock it does not start (error 304 on the
-    H100 machine, benchmark/experiments/sandbox_layers.py); the candidate's code runs only after."""
+    H100 machine, experiments/sandbox_layers.py); the candidate's code runs only after."""
     started = time.perf_counter()
     report = {"enabled": bool(settings["enabled"]), "errors": [], "pid": os.getpid()}
     if not settings["enabled"] or sys.platform != "linux":

@@ -537,7 +537,7 @@ def candidate_main(conn, spec: dict) -> None:
 def open_gpu(device: str) -> None:
     """Initialise CUDA and this device's context before the sandbox's restrictions apply: under
     Landlock the driver does not start (on the H100 machine cudaGetDeviceCount failed with error
-    304; benchmark/experiments/sandbox_layers.py shows which layer)."""
+    304; experiments/sandbox_layers.py shows which layer)."""
     if not device.startswith("cuda"):
         return
     import torch

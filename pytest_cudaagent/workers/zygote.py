@@ -39,7 +39,7 @@ from ..system.fd_wait import readable, ready
 # compile workers a fork would not carry, and torch.utils.cpp_extension, which asks the CUDA
 # runtime for the device count when imported: that poisons fork (every child then fails with
 # "Cannot re-initialize CUDA in forked subprocess") and starts the driver's threads
-# (benchmark/experiments/zygote_fork_check.py shows which import does).
+# (experiments/zygote_fork_check.py shows which import does).
 PRELOAD = ("numpy", "torch", "torch._dynamo", "triton", "triton.language",
            "pytest_cudaagent.workers.worker", "pytest_cudaagent.rules.guards", "pytest_cudaagent.timing.timer",
            "pytest_cudaagent.rules.provenance", "pytest_cudaagent.rules.outputs", "pytest_cudaagent.rules.memory",
@@ -226,7 +226,7 @@ class _Zygote:
                 self.report = self._receive(READY_TIMEOUT_S, "finish its imports")
                 if self.report["fork_poisoned"]:
                     raise ZygoteUnavailable("an import of the zygote touched CUDA, so its children could not "
-                                            "use the GPU (benchmark/experiments/zygote_fork_check.py says which)")
+                                            "use the GPU (experiments/zygote_fork_check.py says which)")
             status_read, status_write = os.pipe()
             try:
                 self.control.send((list(sys.path), os.getcwd(), payload))

@@ -469,7 +469,7 @@ def test_a_published_style_source_on_torchs_own_headers_builds_from_the_copy(tmp
                       .replace("#include <ATen/cuda/CUDAContext.h>", "#include <c10/cuda/CUDAStream.h>")
                       .replace("at::cuda::getCurrentCUDAStream", "c10::cuda::getCurrentCUDAStream") + extra)
     includes = [flag for path in cpp_extension.include_paths() for flag in ("-I", path)]
-    from benchmark.experiments.build_speed import stub_headers
+    from experiments.build_speed import stub_headers
 
     includes += ["-I", sysconfig.get_paths()["include"], "-I", str(stub_headers(tmp_path))]
     log = tmp_path / "nvcc.jsonl"

@@ -201,7 +201,7 @@ def test_a_bundled_candidate_with_torchs_headers_and_flags_splits_to_the_same_ob
 import os, shutil, subprocess, sys
 from pathlib import Path
 sys.path.insert(0, {str(ROOT)!r})
-from benchmark.experiments.build_speed import captured_build, stub_headers
+from experiments.build_speed import captured_build, stub_headers
 from torch.utils import cpp_extension
 cpp_extension.CUDA_HOME = str(Path(shutil.which("nvcc")).resolve().parents[1])
 os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"
