@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from pytest_cudaagent.baseline_cache import BaselineCache
-from pytest_cudaagent.channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
-from pytest_cudaagent.config import BASELINE_MODES, EvalConfig
-from pytest_cudaagent.envinfo import collect_env, device_name
-from pytest_cudaagent.result import TimingStats
-from pytest_cudaagent.worker import reference_main
+from pytest_cudaagent.core.config import BASELINE_MODES, EvalConfig
+from pytest_cudaagent.core.result import TimingStats
+from pytest_cudaagent.system.envinfo import collect_env, device_name
+from pytest_cudaagent.timing.baseline_cache import BaselineCache
+from pytest_cudaagent.workers.channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
+from pytest_cudaagent.workers.worker import reference_main
 
 from .kernelbench import Problem
 

@@ -3,7 +3,7 @@ plugin under pytest-xdist, in a subprocess, appending each Result to a JSONL fil
 
 Workers: one timing worker per GPU would leave the CPU idle while a candidate is timed, so the
 default is more workers than GPUs; builds of later candidates then run on the spare cores while
-the per-GPU lock (pytest_cudaagent.locks) keeps the timings one at a time.
+the per-GPU lock (pytest_cudaagent.timing.locks) keeps the timings one at a time.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from pytest_cudaagent.gpu_pinning import visible_gpus
-from pytest_cudaagent.lifetime import PARENT_PID_ENV
-from pytest_cudaagent.pairing import Pair
-from pytest_cudaagent.result import Result
-from pytest_cudaagent.results_file import done_keys, pair_key, record_missing
+from pytest_cudaagent.core.result import Result
+from pytest_cudaagent.records.pairing import Pair
+from pytest_cudaagent.records.results_file import done_keys, pair_key, record_missing
+from pytest_cudaagent.system.gpu_pinning import visible_gpus
+from pytest_cudaagent.system.lifetime import PARENT_PID_ENV
 from pytest_cudaagent.terminal import console as console_for_output
-from pytest_cudaagent.waits import RUN_ID_ENV, STATUS_DIR_ENV, run_id
+from pytest_cudaagent.timing.waits import RUN_ID_ENV, STATUS_DIR_ENV, run_id
 
 from .pairs_plugin import write_manifest
 from .progress import ResultsTail, follow
@@ -83,7 +83,7 @@ class BatchSettings:
     # a fresh id per run): every candidate file exists before the run starts, so none can know it.
     share_reference: bool = True
     # A worker's next candidate starts (sandbox, build) once its current one has built, while that
-    # one is checked and timed (pytest_cudaagent.start_ahead).
+    # one is checked and timed (pytest_cudaagent.workers.start_ahead).
     start_ahead: bool = True
     # What an evaluation does about device memory other evaluations share (EvalConfig.memory_policy).
     memory_policy: str = "admit"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from pytest_cudaagent.config import (
+from pytest_cudaagent.core.config import (
     BACKEND_HELP,
     BACKEND_PRESETS,
     BASELINE_MODES,
@@ -18,10 +18,10 @@ from pytest_cudaagent.config import (
     RUN_TIMEOUT_HELP,
     TOLERANCE_PRESETS,
 )
-from pytest_cudaagent.rules import POLICY_NAMES
+from pytest_cudaagent.rules.rules import POLICY_NAMES
 
 # Arguments that name files or folders: made absolute against the caller's directory before the
-# command runs (pytest_cudaagent.user_paths).
+# command runs (pytest_cudaagent.records.user_paths).
 PROBLEM_PATHS = ("kernelbench", "problems")
 
 

@@ -16,12 +16,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pytest_cudaagent.config import BASELINE_MODES, EvalConfig, resolve_device, timeout_overrides
-from pytest_cudaagent.files import BadFileError
-from pytest_cudaagent.lifetime import stop_on_sigterm
-from pytest_cudaagent.sandbox import SandboxUnavailable, require_sandbox
+from pytest_cudaagent.core.config import (
+    BASELINE_MODES,
+    EvalConfig,
+    resolve_device,
+    timeout_overrides,
+)
+from pytest_cudaagent.core.files import BadFileError
+from pytest_cudaagent.records.user_paths import command_paths
+from pytest_cudaagent.system.lifetime import stop_on_sigterm
 from pytest_cudaagent.terminal import console as console_for_output
-from pytest_cudaagent.user_paths import command_paths
+from pytest_cudaagent.workers.sandbox import SandboxUnavailable, require_sandbox
 
 from .batch import (
     PYTEST_RAN,

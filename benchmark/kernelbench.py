@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_cudaagent.pairing import problem_files
+from pytest_cudaagent.records.pairing import problem_files
 
 EXAMPLES_PROBLEMS = Path(__file__).resolve().parent.parent / "examples" / "problems"
 DATASET_SUFFIXES = (".parquet", ".json", ".jsonl")

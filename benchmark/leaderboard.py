@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from pytest_cudaagent.config import BASELINE_MODES
-from pytest_cudaagent.result import HARNESS_STATUSES, PROBLEM_STATUSES
-from pytest_cudaagent.results_file import read_results
+from pytest_cudaagent.core.config import BASELINE_MODES
+from pytest_cudaagent.core.result import HARNESS_STATUSES, PROBLEM_STATUSES
+from pytest_cudaagent.records.results_file import read_results
 
 from .kernelbench import level_label, level_of
 from .shards import Run, group_runs

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudaagent import zygote
-from pytest_cudaagent.pairing import Pair
 from pytest_cudaagent.plugin import CandidateItem, is_xdist_controller
+from pytest_cudaagent.records.pairing import Pair
+from pytest_cudaagent.workers import zygote
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pytest_cudaagent.result import Result
-from pytest_cudaagent.waits import waiting_lines
+from pytest_cudaagent.core.result import Result
+from pytest_cudaagent.timing.waits import waiting_lines
 
 STATUS_COLOURS = {"passed": "green", "incorrect": "red", "build_error": "magenta", "runtime_error": "red",
                   "timeout": "yellow", "crashed": "red", "violation": "bright_red",

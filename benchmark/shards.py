@@ -173,7 +173,7 @@ def _check_shards(run: Run) -> None:
 def _missing(run: Run) -> list[str]:
     """Shards of the run not given (with the problems they hold) and pairs of a given run file
     without a row in its results."""
-    from pytest_cudaagent.results_file import read_results
+    from pytest_cudaagent.records.results_file import read_results
 
     lines = []
     shards = [shard_of_run(record) for record in run.records]

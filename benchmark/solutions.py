@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_cudaagent.files import WORKSPACE_MODEL_NEW
-from pytest_cudaagent.pairing import Pair
+from pytest_cudaagent.core.files import WORKSPACE_MODEL_NEW
+from pytest_cudaagent.records.pairing import Pair
 
 from .kernelbench import _LEVEL_DIR, _SOLUTION_NAME, Problem
 

@@ -66,9 +66,9 @@ def register_solve(subparsers) -> None:
 def run_solve(args: argparse.Namespace) -> int:
     from pytest_cudaagent import EvalConfig
     from pytest_cudaagent.cli import require_extra
-    from pytest_cudaagent.config import resolve_device
-    from pytest_cudaagent.files import BadFileError
-    from pytest_cudaagent.user_paths import command_paths
+    from pytest_cudaagent.core.config import resolve_device
+    from pytest_cudaagent.core.files import BadFileError
+    from pytest_cudaagent.records.user_paths import command_paths
 
     from .agent import AgentConfig
     from .engines import EngineError, SamplingConfig, build_engine

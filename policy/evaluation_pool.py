@@ -14,7 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from pytest_cudaagent import BadFileError, EvalConfig, Result, evaluate
-from pytest_cudaagent.lifetime import exit_when_parent_dies
+from pytest_cudaagent.system.lifetime import exit_when_parent_dies
 
 
 def _start_pool_process(gpu: str | None, parent_pid: int) -> None:

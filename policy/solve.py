@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pytest_cudaagent.files import BadFileError, check_problem
+from pytest_cudaagent.core.files import BadFileError, check_problem
 from pytest_cudaagent.terminal import console as console_for_output
 
 from .agent import Agent, AgentConfig, EpisodeOutcome

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_cudaagent import EvalConfig, Result
-from pytest_cudaagent.channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
+from pytest_cudaagent.workers.channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
 
 from .evaluation_pool import EvaluationPool
 from .toolcalls import ToolCall
@@ -201,7 +201,7 @@ class Toolbox:
         workspace = self.workspace
         if not workspace.has_candidate():
             return ToolOutcome(f"compile: no {MODEL_NEW_FILE} yet; write it (and kernels/) first", error=True)
-        from pytest_cudaagent.files import Candidate
+        from pytest_cudaagent.core.files import Candidate
 
         candidate = Candidate(workspace.root, workspace.root / MODEL_NEW_FILE, workspace=True)
         config = self.config.eval_config
@@ -340,8 +340,8 @@ def _check_arguments(spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
 
 def _compile_main(conn, spec: dict) -> None:
     """In a spawned child: build the workspace as the evaluator does, then import model_new.py."""
-    from pytest_cudaagent.channel import redirect_stdio
-    from pytest_cudaagent.files import Candidate, build_workspace_extension, import_file
+    from pytest_cudaagent.core.files import Candidate, build_workspace_extension, import_file
+    from pytest_cudaagent.workers.channel import redirect_stdio
 
     redirect_stdio(spec["log_path"])
     os.environ.update(spec["env"])

@@ -10,7 +10,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_cudaagent.files import FIXED_BINDING_FILES, WORKSPACE_FILES_DIR, WORKSPACE_KERNELS
+from pytest_cudaagent.core.files import FIXED_BINDING_FILES, WORKSPACE_FILES_DIR, WORKSPACE_KERNELS
 
 TEMPLATE_DIR = Path(__file__).parent / "workspace_template"
 SKILL_FILE = Path(__file__).parent / "SKILL.md"

@@ -3,10 +3,10 @@
 Plain Python, usable without pytest: `evaluate(problem, candidate, config) -> Result`.
 """
 
-from .config import EvalConfig, RewardConfig, TimingConfig
-from .files import BadFileError
-from .result import Result, TimingStats, TrialResult, Violation
-from .reward import milestone_reward
+from .core.config import EvalConfig, RewardConfig, TimingConfig
+from .core.files import BadFileError
+from .core.result import Result, TimingStats, TrialResult, Violation
+from .core.reward import milestone_reward
 
 __all__ = [
     "BadFileError",

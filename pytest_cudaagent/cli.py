@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .config import (
+from .core.config import (
     BACKEND_HELP,
     BACKEND_PRESETS,
     BASELINE_MODES,
@@ -26,13 +26,13 @@ from .config import (
     EvalConfig,
     timeout_overrides,
 )
-from .files import BadFileError, check_candidate, check_problem
-from .result import Result
-from .rules import POLICY_NAMES
-from .sandbox import SandboxUnavailable
+from .core.files import BadFileError, check_candidate, check_problem
+from .core.result import Result
+from .records.user_paths import command_paths
+from .rules.rules import POLICY_NAMES
 from .terminal import console as console_for_output
-from .user_paths import command_paths
-from .waits import start_run
+from .timing.waits import start_run
+from .workers.sandbox import SandboxUnavailable
 
 
 def evaluate(problem, candidate, config: EvalConfig) -> Result:

@@ -21,36 +21,38 @@ from pathlib import Path
 
 import torch
 
-from . import host_quiet, outside_kill, outside_view, start_ahead
-from . import tensor_trees as trees
-from .backend_settings import BackendSettings, diff
-from .baseline_cache import BaselineCache
-from .baseline_spread import steadiest, unstable_warning
-from .build_errors import build_error_text
-from .channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
-from .compare import as_output_list, compare_outputs, same_values, scaled
-from .config import EvalConfig
-from .envinfo import collect_env
-from .fast_build import pch_dir, start_pch
-from .files import BadFileError, Candidate, check_candidate, check_problem, file_hash
-from .footprints import Footprint, FootprintStore, Measures, estimate
-from .locks import device_lock, device_work
-from .memory_gate import Gate, Hold
-from .out_of_memory import asked_and_had, out_of_memory, verdict_error
-from .outputs import HELD_ON_DEVICE_BUDGET_BYTES
-from .provenance import foreign_kernels
-from .reference_batch import KEEP_SET_BYTES, KeptReference, batch_key
-from .reference_batch import store as reference_store
-from .replies import ForbiddenReply
-from .result import Result, TimingStats, TrialResult, Violation
-from .reward import milestone_reward
-from .rules import get_policy
-from .sandbox import Sandbox, SandboxUnavailable, missing, refusal
-from .shared_tensors import SharedBufferPool, shared_copies
-from .start_ahead import StartedWorker, started_worker_key
-from .static_scan import scan_candidate
-from .timer import fresh_call_count
-from .worker import CANDIDATE_REPLY_KEYS, candidate_main, reference_main
+from .builds.build_errors import build_error_text
+from .builds.fast_build import pch_dir, start_pch
+from .core import tensor_trees as trees
+from .core.compare import as_output_list, compare_outputs, same_values, scaled
+from .core.config import EvalConfig
+from .core.files import BadFileError, Candidate, check_candidate, check_problem, file_hash
+from .core.result import Result, TimingStats, TrialResult, Violation
+from .core.reward import milestone_reward
+from .core.shared_tensors import SharedBufferPool, shared_copies
+from .resources.footprints import Footprint, FootprintStore, Measures, estimate
+from .resources.memory_gate import Gate, Hold
+from .resources.out_of_memory import asked_and_had, out_of_memory, verdict_error
+from .rules import outside_view
+from .rules.outputs import HELD_ON_DEVICE_BUDGET_BYTES
+from .rules.provenance import foreign_kernels
+from .rules.rules import get_policy
+from .rules.static_scan import scan_candidate
+from .system.envinfo import collect_env
+from .timing import host_quiet
+from .timing.backend_settings import BackendSettings, diff
+from .timing.baseline_cache import BaselineCache
+from .timing.baseline_spread import steadiest, unstable_warning
+from .timing.locks import device_lock, device_work
+from .timing.timer import fresh_call_count
+from .workers import outside_kill, start_ahead
+from .workers.channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
+from .workers.reference_batch import KEEP_SET_BYTES, KeptReference, batch_key
+from .workers.reference_batch import store as reference_store
+from .workers.replies import ForbiddenReply
+from .workers.sandbox import Sandbox, SandboxUnavailable, missing, refusal
+from .workers.start_ahead import StartedWorker, started_worker_key
+from .workers.worker import CANDIDATE_REPLY_KEYS, candidate_main, reference_main
 
 logger = logging.getLogger(__name__)
 
@@ -1193,6 +1195,6 @@ def _same_input(before: object, after: object) -> bool:
 
 
 def _is_allocation_kernel(kernel: str) -> bool:
-    from .rules import ALLOWED_TORCH_KERNELS
+    from .rules.rules import ALLOWED_TORCH_KERNELS
 
     return bool(ALLOWED_TORCH_KERNELS.search(kernel))

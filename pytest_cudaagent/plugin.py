@@ -16,18 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from . import zygote
-from .config import BACKEND_HELP, MEMORY_POLICY_HELP, EvalConfig
-from .files import BadFileError
-from .gpu_pinning import pin_xdist_worker_to_gpu
-from .host_quiet import record_host
-from .lifetime import die_with_parent_from_env
-from .pairing import Pair, pair_directory
-from .result import Result
-from .results_file import append_result, done_keys, record_missing
-from .sandbox import SandboxUnavailable, require_sandbox
-from .user_paths import TypedPaths
-from .waits import COMMAND_CHARS, RUN_COMMAND_ENV, run_id
+from .core.config import BACKEND_HELP, MEMORY_POLICY_HELP, EvalConfig
+from .core.files import BadFileError
+from .core.result import Result
+from .records.pairing import Pair, pair_directory
+from .records.results_file import append_result, done_keys, record_missing
+from .records.user_paths import TypedPaths
+from .system.gpu_pinning import pin_xdist_worker_to_gpu
+from .system.lifetime import die_with_parent_from_env
+from .timing.host_quiet import record_host
+from .timing.waits import COMMAND_CHARS, RUN_COMMAND_ENV, run_id
+from .workers import zygote
+from .workers.sandbox import SandboxUnavailable, require_sandbox
 
 _OPTIONS = [
     # (option, ini name, default, help)
@@ -157,7 +157,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     and leaves two)."""
     if not (isinstance(item, CandidateItem) and _setting(item.config, "--cudaagent-start-ahead")):
         return
-    from .start_ahead import state
+    from .workers.start_ahead import state
 
     if isinstance(nextitem, CandidateItem):
         state().announce(nextitem.pair.problem, nextitem.pair.candidate, config_from_pytest(item.config))
@@ -182,8 +182,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     # The batch is over: references kept for its next candidates end now, not at exit, and so
     # does a worker started for a pair that did not run.
-    from .reference_batch import close_kept
-    from .start_ahead import forget
+    from .workers.reference_batch import close_kept
+    from .workers.start_ahead import forget
 
     forget()
     close_kept()

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_cudaagent.state_files import write_atomically
+from pytest_cudaagent.records.state_files import write_atomically
 
 # Recipes are small JSON dicts, so the catalogue is a plain file a person can read and edit:
 #   {"from_dim": d}          the size of input dimension d (d is 1 or -1, never the batch)

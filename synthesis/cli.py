@@ -39,7 +39,7 @@ def _add_filter_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _filter_config(args):
-    from pytest_cudaagent.config import resolve_device
+    from pytest_cudaagent.core.config import resolve_device
 
     from .filters import FilterConfig
 
@@ -80,7 +80,7 @@ def run_crawl(args) -> int:
     from rich.progress import Progress
     from rich.table import Table
 
-    from pytest_cudaagent.user_paths import command_paths
+    from pytest_cudaagent.records.user_paths import command_paths
 
     from .crawl import crawl
 
@@ -136,8 +136,8 @@ def _add_run(commands) -> None:
 
 
 def run_run(args) -> int:
-    from pytest_cudaagent.lifetime import stop_on_sigterm
-    from pytest_cudaagent.user_paths import command_paths
+    from pytest_cudaagent.records.user_paths import command_paths
+    from pytest_cudaagent.system.lifetime import stop_on_sigterm
 
     from .compose import ComposerConfig
     from .pipeline import SynthConfig, load_or_crawl_catalogue, run_synthesis
@@ -182,7 +182,7 @@ def _add_check(commands) -> None:
 
 
 def run_check(args) -> int:
-    from pytest_cudaagent.user_paths import command_paths
+    from pytest_cudaagent.records.user_paths import command_paths
 
     from .pipeline import check_file
 

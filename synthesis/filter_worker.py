@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pytest_cudaagent.worker import serve_requests, setup_worker
+from pytest_cudaagent.workers.worker import serve_requests, setup_worker
 
 from .stage_log import DONE, stage_line
 
@@ -19,7 +19,7 @@ def filter_main(conn, spec: dict) -> None:
     import torch
     import torch._inductor.config as inductor_config
 
-    from pytest_cudaagent.timer import Clock, Timer
+    from pytest_cudaagent.timing.timer import Clock, Timer
 
     from .filters import FilterConfig, check_task
 

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import torch
 
-from pytest_cudaagent.compare import as_output_list, compare_outputs
-from pytest_cudaagent.config import DEFAULT_TOLERANCES, TimingConfig, Tolerance
-from pytest_cudaagent.files import import_file
-from pytest_cudaagent.locks import device_lock, device_work
-from pytest_cudaagent.timer import Clock, Timer
+from pytest_cudaagent.core.compare import as_output_list, compare_outputs
+from pytest_cudaagent.core.config import DEFAULT_TOLERANCES, TimingConfig, Tolerance
+from pytest_cudaagent.core.files import import_file
+from pytest_cudaagent.timing.locks import device_lock, device_work
+from pytest_cudaagent.timing.timer import Clock, Timer
 
 from .render import BATCH_VARIABLE
 

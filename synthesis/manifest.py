@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pytest_cudaagent.state_files import read_json_lines, write_line
+from pytest_cudaagent.records.state_files import read_json_lines, write_line
 
 MANIFEST_LINES = "manifest.jsonl"
 MANIFEST_PARQUET = "manifest.parquet"

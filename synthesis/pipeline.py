@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from pytest_cudaagent.files import BadFileError, check_problem
-from pytest_cudaagent.state_files import remove_leftovers, write_atomically
+from pytest_cudaagent.core.files import BadFileError, check_problem
+from pytest_cudaagent.records.state_files import remove_leftovers, write_atomically
 from pytest_cudaagent.terminal import console as console_for_output
 
 from .catalogue import Catalogue

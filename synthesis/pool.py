@@ -1,6 +1,6 @@
 """Runs the filters over many tasks on a few long-lived worker processes, in parallel.
 
-Each worker is a `pytest_cudaagent.channel.Worker` (spawned child, private pipe, timeout, host
+Each worker is a `pytest_cudaagent.workers.channel.Worker` (spawned child, private pipe, timeout, host
 memory cap). A task that hangs, crashes its worker or exhausts memory costs that task only: the
 worker is replaced and the next task goes on, with the stage it was in named in the outcome.
 Timing inside the workers takes the device lock, so parallel workers share one GPU without
@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_cudaagent.channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
-from pytest_cudaagent.config import default_memory_cap_gb
+from pytest_cudaagent.core.config import default_memory_cap_gb
+from pytest_cudaagent.workers.channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
 
 from .filter_worker import filter_main
 from .filters import FilterConfig, FilterOutcome

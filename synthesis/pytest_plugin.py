@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudaagent.config import resolve_device
+from pytest_cudaagent.core.config import resolve_device
 from pytest_cudaagent.plugin import drop_default_tests
-from pytest_cudaagent.user_paths import absolute_path
+from pytest_cudaagent.records.user_paths import absolute_path
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -102,7 +102,7 @@ class SynthFilterItem(pytest.Item):
         self.user_properties.append(("cudaagent_synth_verdict", json.dumps(verdict)))
         out = self.config.getoption("cudaagent_synth_out")
         if out:
-            from pytest_cudaagent.results_file import append_json_line
+            from pytest_cudaagent.records.results_file import append_json_line
 
             append_json_line(absolute(out, base), json.dumps(verdict))
         if not verdict["kept"]:

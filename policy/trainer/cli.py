@@ -38,7 +38,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     from pytest_cudaagent.cli import require_extra
-    from pytest_cudaagent.user_paths import command_paths
+    from pytest_cudaagent.records.user_paths import command_paths
 
     paths = command_paths(args)
     require_extra("train", "train", "accelerate", "transformers")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from pytest_cudaagent.user_paths import absolute_path
+from pytest_cudaagent.records.user_paths import absolute_path
 
 from .ppo import PPOConfig
 from .rewards import SCORERS

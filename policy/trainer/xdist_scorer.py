@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from pytest_cudaagent.locks import lock_dir
+from pytest_cudaagent.timing.locks import lock_dir
 
 from .environments import Environment, Task
 
@@ -150,9 +150,9 @@ def score_batch(environment, pending: list[_Pending], batch_dir: Path, batch: in
     """Writes the batch's candidate files, runs them through pytest-xdist and reads the Results
     back; one ScoredEpisode per pending episode, in order."""
     from benchmark.batch import PYTEST_RAN, BatchError, BatchSettings, log_tail, run_batch
-    from pytest_cudaagent.files import BadFileError, check_candidate
-    from pytest_cudaagent.pairing import Pair
-    from pytest_cudaagent.results_file import pair_key
+    from pytest_cudaagent.core.files import BadFileError, check_candidate
+    from pytest_cudaagent.records.pairing import Pair
+    from pytest_cudaagent.records.results_file import pair_key
 
     candidates_dir = batch_dir / "candidates"
     candidates_dir.mkdir(parents=True, exist_ok=True)

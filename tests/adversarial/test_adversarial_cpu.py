@@ -115,7 +115,7 @@ def test_honest_kernels_are_never_rejected(name):
 
 
 def test_every_timed_call_can_be_audited_on_request():
-    from pytest_cudaagent.config import TimingConfig
+    from pytest_cudaagent.core.config import TimingConfig
 
     audited = TimingConfig(warmup_ms=5, repeat_ms=20, min_samples=6, max_samples=60, audit_timed_calls=True)
     result = evaluate_cpu(HERE / "candidates" / "timing_fallback_after_warmup.py", timing_config=audited)

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudaagent import evaluate, start_ahead
-from pytest_cudaagent.reference_batch import close_kept
+from pytest_cudaagent import evaluate
+from pytest_cudaagent.workers import start_ahead
+from pytest_cudaagent.workers.reference_batch import close_kept
 from tests.helpers import QUICK_TIMING, TEST_PROBLEMS, cpu_config, outcomes
 
 HERE = Path(__file__).parent

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudaagent import EvalConfig, evaluate, start_ahead
+from pytest_cudaagent import EvalConfig, evaluate
+from pytest_cudaagent.workers import start_ahead
 from tests.adversarial.test_batch_and_timer import CANDIDATES, EXPECTED, LEAKY, NESTED
 from tests.helpers import CUDA_CANDIDATES, PROBLEMS, QUICK_TIMING, TEST_PROBLEMS, outcomes
 

@@ -15,11 +15,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_cudaagent import evaluate, zygote
-from pytest_cudaagent.baseline_cache import BaselineCache
-from pytest_cudaagent.config import SandboxLimits, TimingConfig
-from pytest_cudaagent.result import TimingStats
-from pytest_cudaagent.sandbox import SandboxUnavailable, require_sandbox
+from pytest_cudaagent import evaluate
+from pytest_cudaagent.core.config import SandboxLimits, TimingConfig
+from pytest_cudaagent.core.result import TimingStats
+from pytest_cudaagent.timing.baseline_cache import BaselineCache
+from pytest_cudaagent.workers import zygote
+from pytest_cudaagent.workers.sandbox import SandboxUnavailable, require_sandbox
 from tests.helpers import TEST_PROBLEMS, cpu_config
 
 ATTACKS = Path(__file__).parent / "sandbox_candidates"
@@ -154,7 +155,7 @@ def test_fork_bomb_stops_at_the_process_limit(monkeypatch):
 
 def without_cgroup(monkeypatch):
     """As on the H100 machine: root, and no cgroup the evaluator may write."""
-    from pytest_cudaagent import sandbox as sandbox_module
+    from pytest_cudaagent.workers import sandbox as sandbox_module
 
     monkeypatch.setattr(sandbox_module, "_make_cgroup", lambda *args: ([], "", "none delegated (test)"))
 
@@ -205,7 +206,7 @@ def test_require_sandbox_refuses_where_it_does_not_apply():
 def test_cgroups_and_scratch_are_removed(monkeypatch):
     """The sandbox this evaluation made, and only it: under xdist another worker's evaluation
     may hold its own scratch directory and cgroup at the same moment."""
-    from pytest_cudaagent import sandbox as sandbox_module
+    from pytest_cudaagent.workers import sandbox as sandbox_module
 
     made = []
     create = sandbox_module.Sandbox.create
@@ -303,7 +304,7 @@ def test_plugin_require_sandbox_exits_2(pytester, monkeypatch):
 def test_v2_controllers_are_turned_on_for_the_children_where_available(tmp_path):
     """A VM's root cgroup may list pids and memory as available but off for its children; the
     evaluator turns them on before making the candidate's group (else pids.max does not exist)."""
-    from pytest_cudaagent.sandbox import _delegate_v2_controllers
+    from pytest_cudaagent.workers.sandbox import _delegate_v2_controllers
 
     (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     (tmp_path / "cgroup.subtree_control").write_text("cpu\n")
@@ -314,7 +315,7 @@ def test_v2_controllers_are_turned_on_for_the_children_where_available(tmp_path)
 def test_why_no_cgroup_could_be_made_reaches_the_report_and_the_refusal():
     """On the H100 machine the evaluator's delegated cgroup refused pids.max (Permission denied):
     the Result's sandbox report and --require-sandbox's message say so instead of 'no error given'."""
-    from pytest_cudaagent.sandbox import _join_cgroup, missing, refusal
+    from pytest_cudaagent.workers.sandbox import _join_cgroup, missing, refusal
 
     report = {"errors": []}
     _join_cgroup({"cgroup_dirs": [], "cgroup_kind": "", "cgroup_error": "/sys/fs/cgroup/x/pids.max: Permission denied"},
@@ -331,7 +332,7 @@ def test_prepare_runs_before_the_restrictions_and_the_candidate():
     import multiprocessing
     import resource
 
-    from pytest_cudaagent.sandbox import Sandbox, landlock_abi
+    from pytest_cudaagent.workers.sandbox import Sandbox, landlock_abi
 
     if landlock_abi() < 1:
         pytest.skip("Landlock is not available in this kernel")
@@ -358,7 +359,7 @@ def test_prepare_runs_before_the_restrictions_and_the_candidate():
 def _confine_and_report(settings, conn):
     import resource
 
-    from pytest_cudaagent.sandbox import confine
+    from pytest_cudaagent.workers.sandbox import confine
 
     def state():
         probe = Path(os.path.expanduser("~")) / f".cudaagent-prepare-probe-{os.getpid()}"

@@ -5,7 +5,7 @@ import shutil
 import pytest
 
 from pytest_cudaagent import evaluate
-from pytest_cudaagent.files import WORKSPACE_FILES_DIR
+from pytest_cudaagent.core.files import WORKSPACE_FILES_DIR
 from tests.adversarial.test_adversarial_cpu import HERE, PROBLEM
 from tests.helpers import cpu_config
 

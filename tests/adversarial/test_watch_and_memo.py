@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pytest_cudaagent import EvalConfig, evaluate
-from pytest_cudaagent.config import DEFAULT_TOLERANCES, TimingConfig
+from pytest_cudaagent.core.config import DEFAULT_TOLERANCES, TimingConfig
 from pytest_cudaagent.evaluation import judge_checked_call
 from tests.helpers import PROBLEMS, QUICK_TIMING, TEST_PROBLEMS, cpu_config, outcomes
 

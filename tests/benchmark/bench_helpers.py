@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pytest_cudaagent.result import Result, TimingStats
-from pytest_cudaagent.results_file import append_result
+from pytest_cudaagent.core.result import Result, TimingStats
+from pytest_cudaagent.records.results_file import append_result
 
 PROBLEM = '''import torch
 import torch.nn as nn

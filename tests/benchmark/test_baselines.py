@@ -13,8 +13,8 @@ from benchmark.baselines import (
     to_json_record,
 )
 from benchmark.kernelbench import Problem
-from pytest_cudaagent.baseline_cache import BaselineCache
-from pytest_cudaagent.config import EvalConfig
+from pytest_cudaagent.core.config import EvalConfig
+from pytest_cudaagent.timing.baseline_cache import BaselineCache
 
 from .bench_helpers import make_kernelbench_tree, run_cli
 

@@ -9,7 +9,7 @@ import pytest
 
 from benchmark.batch import BatchSettings, default_workers, pytest_command
 from benchmark.progress import ResultsTail
-from pytest_cudaagent.results_file import append_json_line, read_results
+from pytest_cudaagent.records.results_file import append_json_line, read_results
 from tests.helpers import CPU_CANDIDATES, TEST_PROBLEMS
 
 from .bench_helpers import (
@@ -130,7 +130,7 @@ def test_resume_names_a_cut_line_and_redoes_its_pair(tmp_path, monkeypatch):
     from rich.console import Console
 
     from benchmark import batch
-    from pytest_cudaagent.pairing import Pair
+    from pytest_cudaagent.records.pairing import Pair
 
     pairs = [Pair(tmp_path / f"{name}.py", tmp_path / f"{name}_c.py") for name in ("a", "b")]
     path = tmp_path / "results.jsonl"
@@ -155,7 +155,7 @@ def test_the_manifest_holds_absolute_paths_for_pairs_given_relative_to_the_calle
     """The run reads the manifest from its own directory: relative pairs were 'no such problem
     file' there (72 pairs of the H100 side by side ended without a result)."""
     from benchmark.pairs_plugin import read_manifest, write_manifest
-    from pytest_cudaagent.pairing import Pair
+    from pytest_cudaagent.records.pairing import Pair
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "p").mkdir()
@@ -239,7 +239,7 @@ def test_torch_that_sees_no_gpu_stops_the_run_while_it_starts(tmp_path, monkeypa
     problem.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\n"
                        "def get_inputs():\n    return []\ndef get_init_inputs():\n    return []\n")
     candidate = write_candidate(tmp_path / "c" / "p.py", "x")
-    from pytest_cudaagent.pairing import Pair
+    from pytest_cudaagent.records.pairing import Pair
 
     with pytest.raises(batch.BatchError, match="torch sees no CUDA GPU .*install a CUDA build of torch, or use --device cpu"):
         batch.run_batch([Pair(problem, candidate)], tmp_path / "out" / "results.jsonl", BatchSettings(device="cuda"))
@@ -255,8 +255,8 @@ def test_the_processes_that_only_dispatch_never_import_torch():
 
     code = ("import sys\n"
             "import pytest_cudaagent.plugin, pytest_cudaagent.cli, benchmark.pairs_plugin, benchmark.batch, benchmark.cli\n"
-            "import benchmark.commands, pytest_cudaagent.reference_batch\n"
-            "from pytest_cudaagent import zygote\n"
+            "import benchmark.commands, pytest_cudaagent.workers.reference_batch\n"
+            "from pytest_cudaagent.workers import zygote\n"
             "zygote.prestart()  # the zygote imports torch in its own process\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n"
             "import pytest_cudaagent.evaluation\n"
@@ -280,7 +280,7 @@ def test_resume_redoes_a_harness_error_and_nothing_else(tmp_path, monkeypatch):
     from rich.console import Console
 
     from benchmark import batch
-    from pytest_cudaagent.pairing import Pair
+    from pytest_cudaagent.records.pairing import Pair
 
     pairs = [Pair(tmp_path / f"{name}.py", tmp_path / f"{name}_c.py") for name in ("a", "b", "c", "d")]
     path = write_results(tmp_path / "results.jsonl", [
@@ -303,7 +303,7 @@ def test_a_pair_whose_pytest_worker_died_gets_a_harness_error_row(tmp_path, monk
     from rich.console import Console
 
     from benchmark import batch
-    from pytest_cudaagent.pairing import Pair
+    from pytest_cudaagent.records.pairing import Pair
 
     problem = tmp_path / "problems" / "small_leaky_relu.py"
     problem.parent.mkdir()

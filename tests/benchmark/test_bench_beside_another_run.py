@@ -33,7 +33,7 @@ CANDIDATE = PROBLEM.replace("class Model(", "class ModelNew(").split("\n\ndef ge
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from pytest_cudaagent.locks import device_lock
+    from pytest_cudaagent.timing.locks import device_lock
     with device_lock("cpu", 0.1):
         print("held", flush=True)
         time.sleep(float(sys.argv[1]))

@@ -2,7 +2,7 @@
 
 import json
 
-from benchmark.experiments import build_targets
+from experiments import build_targets
 
 
 def record(name, plain, fast, verdict="passed", fast_verdict=None):

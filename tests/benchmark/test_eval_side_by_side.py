@@ -1,4 +1,4 @@
-"""benchmark/experiments/eval_side_by_side.py: the table from both sides, and our side for real on
+"""experiments/eval_side_by_side.py: the table from both sides, and our side for real on
 the CPU (KernelBench's side needs CUDA and a checkout: measured on the GPU machine)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.experiments.eval_side_by_side import agreement, summarise
+from experiments.eval_side_by_side import agreement, summarise
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,7 +44,7 @@ def test_our_side_runs_on_the_cpu_and_writes_its_json(tmp_path):
     candidates.mkdir()
     shutil.copy(REPO / "tests" / "adversarial" / "sandbox_candidates" / "honest_torch.py", candidates)
     work = tmp_path / "work"
-    run = subprocess.run([sys.executable, "-m", "benchmark.experiments.eval_side_by_side", "--sides", "ours",
+    run = subprocess.run([sys.executable, "-m", "experiments.eval_side_by_side", "--sides", "ours",
                           "--device", "cpu", "--workers", "1", "--work", str(work), "--json", str(tmp_path / "s.json"),
                           "--against", str(REPO / "tests" / "data" / "problems" / "small_leaky_relu.py"), str(candidates)],
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
@@ -68,7 +68,7 @@ def test_kernelbenchs_side_without_a_gpu_says_what_to_do(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible here")
-    run = subprocess.run([sys.executable, "-m", "benchmark.experiments.eval_side_by_side", "--sides", "kernelbench",
+    run = subprocess.run([sys.executable, "-m", "experiments.eval_side_by_side", "--sides", "kernelbench",
                           "--work", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 2
     assert "--sides ours --device cpu" in run.stdout
@@ -77,9 +77,9 @@ def test_kernelbenchs_side_without_a_gpu_says_what_to_do(tmp_path):
 def test_our_rows_count_the_phases_the_build_overlaps_as_the_build(tmp_path):
     """The candidate builds from its start while the parent waits on the sandbox's report and the
     reference: those waits are build time, and outside it is what follows the build."""
-    from benchmark.experiments.eval_side_by_side import our_rows
-    from pytest_cudaagent.result import Result
-    from pytest_cudaagent.results_file import append_result
+    from experiments.eval_side_by_side import our_rows
+    from pytest_cudaagent.core.result import Result
+    from pytest_cudaagent.records.results_file import append_result
 
     result = Result("/k/level2_7_x.py", "/c/level2_7_x.py", status="passed")
     result.phase_seconds = {"sandbox": 1.0, "reference": 4.0, "build": 100.0, "construct": 0.5, "correctness": 2.5}
@@ -89,7 +89,7 @@ def test_our_rows_count_the_phases_the_build_overlaps_as_the_build(tmp_path):
     [row] = our_rows(tmp_path / "results.jsonl")
     assert row["evaluation_cpu_s"] == pytest.approx(97.5)
     assert (row["cpu_candidate_s"], row["cpu_reference_s"], row["cpu_parent_s"]) == (90.0, 6.0, 1.5)
-    from benchmark.experiments.eval_side_by_side import cpu_by_process
+    from experiments.eval_side_by_side import cpu_by_process
 
     other = {**row, "cpu_candidate_s": 70.0, "cpu_reference_s": None}
     [by_process] = cpu_by_process({"ours": {"rows": [row, other]}})
@@ -104,7 +104,7 @@ def test_our_rows_count_the_phases_the_build_overlaps_as_the_build(tmp_path):
 
 
 def test_medians_per_level_from_the_problem_names():
-    from benchmark.experiments.eval_side_by_side import by_level, level_of
+    from experiments.eval_side_by_side import by_level, level_of
 
     assert level_of("/w/styles/problems/level3_9_ResNet18.py") == "level3" and level_of("/p/small.py") == "other"
     rows = [{"problem": f"/p/level{level}_{n}.py", "candidate": "/c/x.py", "outcome": "correct", "seconds": seconds,
@@ -119,7 +119,7 @@ def test_a_side_cut_at_the_deadline_keeps_what_ended(tmp_path, monkeypatch):
     import argparse
     import threading
 
-    import benchmark.experiments.eval_side_by_side as side_by_side
+    import experiments.eval_side_by_side as side_by_side
 
     release = threading.Event()
 
@@ -144,7 +144,7 @@ def test_our_side_takes_an_evaluation_config_for_what_has_no_option(tmp_path, mo
     import argparse
     import types
 
-    import benchmark.experiments.eval_side_by_side as side_by_side
+    import experiments.eval_side_by_side as side_by_side
 
     seen = {}
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-import benchmark.experiments
+import experiments
 
 ROOT = Path(__file__).resolve().parents[2]
-EXPERIMENTS = sorted(m.name for m in pkgutil.iter_modules(benchmark.experiments.__path__))
+EXPERIMENTS = sorted(m.name for m in pkgutil.iter_modules(experiments.__path__))
 
 
 def test_the_experiments_are_found():
@@ -20,14 +20,14 @@ def test_the_experiments_are_found():
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_imports(name):
-    module = importlib.import_module(f"benchmark.experiments.{name}")
+    module = importlib.import_module(f"experiments.{name}")
     assert module.__name__.endswith(name)
 
 
 @pytest.mark.parametrize("name", ["fault_injection", "build_speed", "sandbox_overhead", "reward_latency", "warm_load",
                                   "identity_speed", "host_quiet_cost", "timed_call_overhead", "shards"])
 def test_experiment_answers_help(name):
-    done = subprocess.run([sys.executable, "-m", f"benchmark.experiments.{name}", "--help"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", f"experiments.{name}", "--help"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "usage:" in done.stdout

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.experiments.throughput_templates import variants
 from benchmark.kernelbench import EXAMPLES_PROBLEMS
-from pytest_cudaagent.results_file import read_results
+from experiments.throughput_templates import variants
+from pytest_cudaagent.records.results_file import read_results
 
 from .bench_helpers import run_cli
 

@@ -6,11 +6,11 @@ import hashlib
 
 from rich.console import Console
 
-from benchmark.experiments.harness_throughput import compare_runs, fresh_cache_env, sequential_eval
-from benchmark.experiments.throughput_templates import variants, write_candidates
 from benchmark.kernelbench import EXAMPLES_PROBLEMS, load_flat
 from benchmark.solutions import pair_solutions
-from pytest_cudaagent.files import check_candidate
+from experiments.harness_throughput import compare_runs, fresh_cache_env, sequential_eval
+from experiments.throughput_templates import variants, write_candidates
+from pytest_cudaagent.core.files import check_candidate
 
 from .bench_helpers import PROBLEM, fake_result, write_candidate
 
@@ -62,7 +62,7 @@ def test_fresh_caches_are_empty_directories(tmp_path):
 
 
 def test_phases_share_one_work_directory(tmp_path, capsys):
-    from benchmark.experiments.harness_throughput import (
+    from experiments.harness_throughput import (
         load_or_write_candidates,
         load_walls,
         main,
@@ -84,7 +84,7 @@ def test_phases_share_one_work_directory(tmp_path, capsys):
 def test_a_phase_without_a_work_directory_is_a_usage_error(capsys):
     import pytest
 
-    from benchmark.experiments.harness_throughput import main
+    from experiments.harness_throughput import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["--device", "cpu", "--phase", "sequential"])

@@ -1,12 +1,12 @@
-"""The batch timeline (benchmark/experiments/harness_timeline.py): Results' arrivals watched as the
+"""The batch timeline (experiments/harness_timeline.py): Results' arrivals watched as the
 file grows, each evaluation's phases laid back from its arrival in the order they ran, the timing
 lock's holds, the facts and the plot."""
 
 import json
 import time
 
-from benchmark.experiments import harness_timeline
-from benchmark.experiments.harness_timeline import ArrivalWatch, lanes, lock_holds, summary
+from experiments import harness_timeline
+from experiments.harness_timeline import ArrivalWatch, lanes, lock_holds, summary
 
 from .bench_helpers import fake_result
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from benchmark.experiments.identity_set import identity_source, main, write_identity_set
 from benchmark.kernelbench import load_tree
 from benchmark.solutions import pair_solutions
-from pytest_cudaagent.rules import get_policy
+from experiments.identity_set import identity_source, main, write_identity_set
+from pytest_cudaagent.rules.rules import get_policy
 
 from .bench_helpers import make_kernelbench_tree, run_cli
 

@@ -1,12 +1,12 @@
-"""The identity-speed benchmark's plumbing (benchmark/experiments/identity_speed.py): which pairs it
+"""The identity-speed benchmark's plumbing (experiments/identity_speed.py): which pairs it
 makes, the bench commands it runs (separate caches, the calibration policy), and the arithmetic of
 its report. The speeds themselves are measured on the GPU, never asserted here."""
 
 import json
 from pathlib import Path
 
-from benchmark.experiments import identity_speed
-from benchmark.experiments.identity_speed import (
+from experiments import identity_speed
+from experiments.identity_speed import (
     BAND,
     bench_command,
     bench_speedups,

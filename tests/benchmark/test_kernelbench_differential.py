@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from benchmark.experiments import kernelbench_differential as differential
-from benchmark.experiments.kernelbench_differential import (
+from experiments import kernelbench_differential as differential
+from experiments.kernelbench_differential import (
     CATEGORIES,
     PairVerdict,
     agreement,

@@ -7,7 +7,7 @@ import pytest
 
 from benchmark.leaderboard import Leaderboard, markdown_table, run_names, to_markdown
 from benchmark.reports import write_reports
-from pytest_cudaagent.result import Violation
+from pytest_cudaagent.core.result import Violation
 
 from .bench_helpers import fake_result, run_cli, write_results
 

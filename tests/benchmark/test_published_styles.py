@@ -1,4 +1,4 @@
-"""benchmark/experiments/published_styles.py: CUDA candidates in published solutions' styles for a
+"""experiments/published_styles.py: CUDA candidates in published solutions' styles for a
 KernelBench tree (their builds run on the GPU machine: the side by side of issue 21)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.experiments import published_styles
-from benchmark.experiments.published_styles import (
+from experiments import published_styles
+from experiments.published_styles import (
     STYLES,
     candidate_source,
     choose,

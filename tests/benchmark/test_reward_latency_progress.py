@@ -5,7 +5,7 @@ import json
 import time
 from concurrent.futures import Future
 
-from benchmark.experiments.reward_latency import progress_log, scored_so_far
+from experiments.reward_latency import progress_log, scored_so_far
 
 
 def finished(value: float) -> Future:

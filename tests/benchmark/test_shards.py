@@ -15,7 +15,7 @@ from benchmark.commands import shard_pairs
 from benchmark.kernelbench import Problem
 from benchmark.leaderboard import Leaderboard
 from benchmark.shards import Shard, parse_shard, problem_key, shard_of, write_run_file
-from pytest_cudaagent.pairing import Pair
+from pytest_cudaagent.records.pairing import Pair
 
 from .bench_helpers import PROBLEM, cli_parser, fake_result, run_cli, write_candidate, write_results
 

@@ -1,4 +1,4 @@
-"""benchmark/experiments/under_load.py: the pairs it writes, its estimate, and its report on bench
+"""experiments/under_load.py: the pairs it writes, its estimate, and its report on bench
 output directories (made here from Results as the evaluator writes them)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmark.experiments import under_load
-from benchmark.experiments.under_load import GIB, Run, estimate_seconds, prepare, report
+from experiments import under_load
+from experiments.under_load import GIB, Run, estimate_seconds, prepare, report
 
 from .bench_helpers import fake_result, write_results
 

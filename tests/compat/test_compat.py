@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_cudaagent import EvalConfig, evaluate
-from pytest_cudaagent.pairing import pair_directory
+from pytest_cudaagent.records.pairing import pair_directory
 from tests.helpers import QUICK_TIMING, cpu_config
 
 HERE = Path(__file__).parent

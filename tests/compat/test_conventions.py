@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_cudaagent import EvalConfig, ProblemError, Result, evaluate
-from pytest_cudaagent.config import Tolerance
+from pytest_cudaagent.core.config import Tolerance
 from tests.helpers import cpu_config
 
 HERE = Path(__file__).parent

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from pytest_cudaagent import header_diet, split_nvcc
+from pytest_cudaagent.builds import header_diet, split_nvcc
 
 
 @pytest.fixture

@@ -16,9 +16,14 @@ import time
 
 import pytest
 
-from pytest_cudaagent import memory_gate
-from pytest_cudaagent.footprints import Footprint
-from pytest_cudaagent.memory_gate import Gate, Reservation, shared_memory_held, still_to_take
+from pytest_cudaagent.resources import memory_gate
+from pytest_cudaagent.resources.footprints import Footprint
+from pytest_cudaagent.resources.memory_gate import (
+    Gate,
+    Reservation,
+    shared_memory_held,
+    still_to_take,
+)
 
 MIB = 1024**2
 GIB = 1024**3

@@ -11,7 +11,13 @@ import pytest
 import torch
 
 from pytest_cudaagent import evaluate
-from pytest_cudaagent.backend_settings import (
+from pytest_cudaagent.core.config import TimingConfig
+from pytest_cudaagent.core.files import check_candidate
+from pytest_cudaagent.core.result import Result, TimingStats, Violation
+from pytest_cudaagent.evaluation import Evaluation
+from pytest_cudaagent.records.results_file import append_result, read_results
+from pytest_cudaagent.rules.provenance import precision_flags
+from pytest_cudaagent.timing.backend_settings import (
     BackendSettings,
     allows_tf32,
     applied,
@@ -21,14 +27,8 @@ from pytest_cudaagent.backend_settings import (
     for_preset,
     lower_precision_signs,
 )
-from pytest_cudaagent.baseline_cache import BaselineCache
-from pytest_cudaagent.baseline_spread import steadiest, unstable_warning
-from pytest_cudaagent.config import TimingConfig
-from pytest_cudaagent.evaluation import Evaluation
-from pytest_cudaagent.files import check_candidate
-from pytest_cudaagent.provenance import precision_flags
-from pytest_cudaagent.result import Result, TimingStats, Violation
-from pytest_cudaagent.results_file import append_result, read_results
+from pytest_cudaagent.timing.baseline_cache import BaselineCache
+from pytest_cudaagent.timing.baseline_spread import steadiest, unstable_warning
 from tests.helpers import QUICK_TIMING, TEST_CANDIDATES, TEST_PROBLEMS, cpu_config
 
 SMALL_LEAKY = TEST_PROBLEMS / "small_leaky_relu.py"

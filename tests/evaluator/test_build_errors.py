@@ -1,7 +1,7 @@
 """build_errors.py: a failed build's Result.error leads with the compiler's first error lines,
 wherever ninja put them in its output."""
 
-from pytest_cudaagent.build_errors import ERROR_LIMIT, build_error_text
+from pytest_cudaagent.builds.build_errors import ERROR_LIMIT, build_error_text
 
 COMMAND = "/usr/bin/python3 split_nvcc.py " + " ".join(f"-isystem /opt/torch/include/dir{n}" for n in range(40))
 NINJA = (f"build failed: RuntimeError: Error building extension 'example': [1/3] g++ {COMMAND} -c main.cpp -o main.o \n"

@@ -47,7 +47,7 @@ def test_verify_bad_usage_exits_2():
     ([], True, False), (["--count-launch"], False, False), (["--audit-timed-calls"], True, True)])
 def test_verify_timing_flags_reach_the_timing_config(monkeypatch, flags, overlap, audit):
     from pytest_cudaagent import cli
-    from pytest_cudaagent.result import Result
+    from pytest_cudaagent.core.result import Result
 
     seen = {}
 
@@ -63,7 +63,7 @@ def test_verify_timing_flags_reach_the_timing_config(monkeypatch, flags, overlap
 @pytest.mark.parametrize(("flags", "backend"), [([], "pytorch-default"), (["--backend", "strict-fp32"], "strict-fp32")])
 def test_verify_backend_flag_reaches_the_config(monkeypatch, flags, backend):
     from pytest_cudaagent import cli
-    from pytest_cudaagent.result import Result
+    from pytest_cudaagent.core.result import Result
 
     seen = {}
 
@@ -94,7 +94,7 @@ def test_verify_checks_its_files_before_torch_is_imported(tmp_path):
     ([], 300.0, 600.0), (["--timeout", "7"], 7.0, 600.0), (["--timeout", "7", "--build-timeout", "40"], 7.0, 40.0)])
 def test_verify_timeout_flags_reach_the_config(monkeypatch, flags, run_s, build_s):
     from pytest_cudaagent import cli
-    from pytest_cudaagent.result import Result
+    from pytest_cudaagent.core.result import Result
 
     seen = {}
 
@@ -138,7 +138,7 @@ def test_a_build_error_prints_the_compiler_output_once_and_as_written():
     from rich.console import Console
 
     from pytest_cudaagent.cli import render_result
-    from pytest_cudaagent.result import Result
+    from pytest_cudaagent.core.result import Result
 
     compiler = ("FAILED: [code=1] main.o\nmain.cpp:2:15: error: expected primary-expression before 'return'\n"
                 "ninja: build stopped: subcommand failed.")

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from pytest_cudaagent.compare import compare_outputs
-from pytest_cudaagent.config import STRICT_TOLERANCES
+from pytest_cudaagent.core.compare import compare_outputs
+from pytest_cudaagent.core.config import STRICT_TOLERANCES
 
 
 def test_equal_outputs_pass_with_zero_error():
@@ -83,7 +83,7 @@ def test_half_outputs_use_their_own_tolerance():
 def test_chunked_comparison_counts_and_reports_across_chunk_boundaries(monkeypatch):
     """Errors in different chunks add up, the worst error is the worst of all chunks, and a
     non-contiguous output is paired element by element with the reference."""
-    from pytest_cudaagent import compare
+    from pytest_cudaagent.core import compare
 
     monkeypatch.setattr(compare, "COMPARE_CHUNK", 7)
     want = torch.linspace(-3, 3, 60).reshape(6, 10)
@@ -104,7 +104,7 @@ def test_a_chunk_is_compared_serially_so_busy_cores_cannot_stall_the_comparison(
     """Each op on a chunk must stay below ATen's grain size (32768 elements, reductions included):
     above it every op starts an OpenMP parallel region, and beside other busy processes the
     comparison of one candidate's timed outputs took minutes on the H100 machine."""
-    from pytest_cudaagent import compare
+    from pytest_cudaagent.core import compare
 
     aten_grain_size = 32768
     assert compare.COMPARE_CHUNK < aten_grain_size
@@ -119,7 +119,7 @@ def test_a_chunk_is_compared_serially_so_busy_cores_cannot_stall_the_comparison(
 def test_infinities_and_nans_against_numbers_are_mismatches_however_loose_the_tolerance():
     """The quick path (all inside the tolerance) must not take an infinite reference's infinite
     bound as room for any value, nor a NaN for a match; matching specials still match."""
-    from pytest_cudaagent.config import Tolerance
+    from pytest_cudaagent.core.config import Tolerance
 
     loose = {"float32": Tolerance(0.5, 0.5)}
     inf, nan = float("inf"), float("nan")
@@ -134,7 +134,7 @@ def test_infinities_and_nans_against_numbers_are_mismatches_however_loose_the_to
 
 
 def test_same_values_sees_one_changed_element_in_any_chunk_and_lets_nan_meet_nan():
-    from pytest_cudaagent.compare import COMPARE_CHUNK, same_values
+    from pytest_cudaagent.core.compare import COMPARE_CHUNK, same_values
 
     before = torch.randn(3 * COMPARE_CHUNK + 5)
     before[7] = float("nan")
@@ -155,7 +155,7 @@ def test_same_values_sees_one_changed_element_in_any_chunk_and_lets_nan_meet_nan
 
 
 def test_bitwise_equal_tells_the_same_bytes_and_declines_what_it_cannot_read_in_one_piece():
-    from pytest_cudaagent.compare import COMPARE_CHUNK, bitwise_equal, same_values
+    from pytest_cudaagent.core.compare import COMPARE_CHUNK, bitwise_equal, same_values
 
     before = torch.randn(3 * COMPARE_CHUNK + 5)
     assert bitwise_equal(before, before.clone())
@@ -177,7 +177,7 @@ def test_bitwise_equal_tells_the_same_bytes_and_declines_what_it_cannot_read_in_
 
 
 def test_identical_outputs_are_judged_without_the_element_wise_pass(monkeypatch):
-    import pytest_cudaagent.compare as compare
+    import pytest_cudaagent.core.compare as compare
 
     def element_wise(*_):
         raise AssertionError("identical bytes need no element-wise pass")
@@ -193,7 +193,7 @@ def test_identical_outputs_are_judged_without_the_element_wise_pass(monkeypatch)
 def test_a_reference_rerun_is_the_same_answer_only_when_exactly_equal():
     """worker.same_as_recorded: the fast path of the reference's rerun of a failed trial; anything
     but exact equality goes the tolerance's way, as before."""
-    from pytest_cudaagent.worker import same_as_recorded
+    from pytest_cudaagent.workers.worker import same_as_recorded
 
     recorded = [torch.tensor([1.0, float("nan"), float("inf")]), 3]
     assert same_as_recorded(recorded, [recorded[0].clone(), 3])
@@ -208,8 +208,8 @@ def test_a_reference_rerun_is_the_same_answer_only_when_exactly_equal():
 def test_a_wrong_chunk_of_finite_numbers_counts_as_the_long_way_does():
     """compare._chunk_errors: a chunk of finite numbers outside the tolerance takes a short path;
     it must report what the long way (non-finite values among them) reports for the same numbers."""
-    from pytest_cudaagent.compare import _chunk_errors
-    from pytest_cudaagent.config import Tolerance
+    from pytest_cudaagent.core.compare import _chunk_errors
+    from pytest_cudaagent.core.config import Tolerance
 
     torch.manual_seed(3)
     tolerance = Tolerance(1e-2, 1e-2)

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudaagent import evaluate, start_ahead, zygote
-from pytest_cudaagent.fd_wait import readable, ready
+from pytest_cudaagent import evaluate
+from pytest_cudaagent.system.fd_wait import readable, ready
+from pytest_cudaagent.workers import start_ahead, zygote
 from tests.helpers import TEST_CANDIDATES, TEST_PROBLEMS, cpu_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

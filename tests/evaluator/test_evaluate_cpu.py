@@ -3,7 +3,7 @@
 import pytest
 
 from pytest_cudaagent import BadFileError, ProblemError, evaluate
-from pytest_cudaagent.result import Result
+from pytest_cudaagent.core.result import Result
 from tests.helpers import (
     CPU_CANDIDATES,
     PROBLEMS,
@@ -171,7 +171,7 @@ def test_the_candidates_cpu_seconds_count_its_builds_compilers(tmp_path):
 
 def test_both_workers_are_asked_to_exit_before_either_is_waited_for(monkeypatch):
     """Their exits (a CUDA context's teardown each on a GPU) overlap instead of queueing."""
-    from pytest_cudaagent.channel import Worker
+    from pytest_cudaagent.workers.channel import Worker
 
     calls = []
     ask, close = Worker.ask_to_exit, Worker.close

@@ -14,9 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_cudaagent import evaluate, fast_build
-from pytest_cudaagent.config import PCH_BUILD_TIMEOUT_S, default_cache_dir
-from pytest_cudaagent.fast_build import (
+from pytest_cudaagent import evaluate
+from pytest_cudaagent.builds import fast_build
+from pytest_cudaagent.builds.fast_build import (
     BUILD_LOG,
     PCH_HEADER,
     TORCH_LOCK,
@@ -27,7 +27,8 @@ from pytest_cudaagent.fast_build import (
     ready_pch,
     requested_variants,
 )
-from pytest_cudaagent.files import check_candidate
+from pytest_cudaagent.core.config import PCH_BUILD_TIMEOUT_S, default_cache_dir
+from pytest_cudaagent.core.files import check_candidate
 
 from ..helpers import CPU_CANDIDATES, PROBLEMS, TEST_CANDIDATES, cpu_config
 
@@ -86,7 +87,7 @@ def test_a_lock_file_left_by_a_killed_build_is_cleared_while_a_live_build_lock_i
     with build_lock(tmp_path):
         assert not (tmp_path / TORCH_LOCK).exists()
         holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-            from pytest_cudaagent.fast_build import build_lock
+            from pytest_cudaagent.builds.fast_build import build_lock
             with build_lock({str(tmp_path)!r}):
                 print("acquired", flush=True)
         """)], stdout=subprocess.PIPE, text=True)
@@ -149,8 +150,8 @@ def test_a_build_killed_midway_then_run_again_gives_a_working_extension(tmp_path
     script = textwrap.dedent(f"""
         import os
         from pathlib import Path
-        from pytest_cudaagent.fast_build import install, pch_dir
-        from pytest_cudaagent.files import import_file
+        from pytest_cudaagent.builds.fast_build import install, pch_dir
+        from pytest_cudaagent.core.files import import_file
         os.environ["TORCH_EXTENSIONS_DIR"] = {str(build_dir.parent)!r}
         install(pch_dir(Path({str(default_cache_dir())!r})))
         import torch
@@ -289,7 +290,7 @@ def test_a_build_runs_below_the_workers_priority_and_its_compilers_too(monkeypat
     and its errors come back unchanged."""
     from torch.utils import cpp_extension
 
-    from pytest_cudaagent.config import BUILD_NICENESS
+    from pytest_cudaagent.core.config import BUILD_NICENESS
 
     seen = {}
 

@@ -12,8 +12,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_cudaagent.result import Result
-from pytest_cudaagent.results_file import append_result, done_keys, pair_key, read_results_file
+from pytest_cudaagent.core.result import Result
+from pytest_cudaagent.records.results_file import (
+    append_result,
+    done_keys,
+    pair_key,
+    read_results_file,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,8 +64,8 @@ def test_results_file_of_garbage_never_crashes_the_reader(tmp_path):
 
 PARENT_THAT_DIES = """
 import os, signal, sys
-from pytest_cudaagent import zygote
-from pytest_cudaagent.channel import Worker
+from pytest_cudaagent.workers import zygote
+from pytest_cudaagent.workers.channel import Worker
 from tests.evaluator.fault_targets import start_sleeper
 worker = Worker(start_sleeper, {}, memory_cap_gb=4)
 reply = worker.receive(120)
@@ -83,8 +88,8 @@ def test_a_killed_parent_leaves_no_worker_nor_its_children(signal_name):
 
 PARENT_OF_A_CHILD = """
 import os, signal, subprocess, sys
-from pytest_cudaagent.lifetime import PARENT_PID_ENV
-child = subprocess.Popen([sys.executable, "-c", "from pytest_cudaagent import lifetime; %s; "
+from pytest_cudaagent.system.lifetime import PARENT_PID_ENV
+child = subprocess.Popen([sys.executable, "-c", "from pytest_cudaagent.system import lifetime; %s; "
                           "print(flush=True); import time; time.sleep(300)"],
                          env=dict(os.environ, **{PARENT_PID_ENV: str(os.getpid())}), stdout=subprocess.PIPE)
 child.stdout.readline()
@@ -106,7 +111,7 @@ def test_a_child_tied_to_its_parent_dies_with_it(tie):
 
 
 def test_a_closed_worker_takes_its_children_with_it():
-    from pytest_cudaagent.channel import Worker
+    from pytest_cudaagent.workers.channel import Worker
     from tests.evaluator.fault_targets import start_sleeper
 
     worker = Worker(start_sleeper, {}, memory_cap_gb=4)
@@ -118,9 +123,9 @@ def test_a_closed_worker_takes_its_children_with_it():
 
 @pytest.mark.parametrize("broken", ['{"mode": "eager", "timing": {"median_ms": 0.', "{}", '{"timing": {"x": 1}}', ""])
 def test_a_broken_baseline_entry_is_measured_again(tmp_path, broken):
-    from pytest_cudaagent.baseline_cache import BaselineCache
-    from pytest_cudaagent.config import TimingConfig
-    from pytest_cudaagent.result import TimingStats
+    from pytest_cudaagent.core.config import TimingConfig
+    from pytest_cudaagent.core.result import TimingStats
+    from pytest_cudaagent.timing.baseline_cache import BaselineCache
 
     problem = tmp_path / "problem.py"
     problem.write_text("# a problem\n")

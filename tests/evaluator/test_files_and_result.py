@@ -10,7 +10,7 @@ from pytest_cudaagent import (
     Violation,
     milestone_reward,
 )
-from pytest_cudaagent.files import check_candidate, check_problem
+from pytest_cudaagent.core.files import check_candidate, check_problem
 from tests.helpers import PROBLEMS, TEST_CANDIDATES
 
 

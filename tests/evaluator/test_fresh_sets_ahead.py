@@ -8,9 +8,9 @@ import itertools
 import torch
 
 from pytest_cudaagent import EvalConfig, TimingConfig
+from pytest_cudaagent.core.files import check_candidate
 from pytest_cudaagent.evaluation import Evaluation
-from pytest_cudaagent.files import check_candidate
-from pytest_cudaagent.timer import fresh_call_count
+from pytest_cudaagent.timing.timer import fresh_call_count
 from tests.helpers import CPU_CANDIDATES, PROBLEMS
 
 TIMING = TimingConfig(repeat_ms=100, min_samples=4, max_samples=1000, rotating_inputs=2)

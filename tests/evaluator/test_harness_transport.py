@@ -15,7 +15,7 @@ import dataclasses
 import pytest
 
 from pytest_cudaagent import evaluate
-from pytest_cudaagent.config import SandboxLimits
+from pytest_cudaagent.core.config import SandboxLimits
 from tests.helpers import cpu_config
 
 PROBLEM = '''
@@ -58,7 +58,7 @@ class ModelNew(nn.Module):
 
 @pytest.fixture(autouse=True)
 def private_gate(monkeypatch, tmp_path):
-    monkeypatch.setattr("pytest_cudaagent.memory_gate.gate_root", lambda: tmp_path / "gate")
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.gate_root", lambda: tmp_path / "gate")
 
 
 @pytest.fixture

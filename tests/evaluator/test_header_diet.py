@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudaagent import fast_build, header_diet, split_nvcc
+from pytest_cudaagent.builds import fast_build, header_diet, split_nvcc
 
 NVCC = shutil.which("nvcc")
 SCRIPT = Path(split_nvcc.__file__).resolve()
@@ -422,7 +422,7 @@ def test_the_evaluation_config_chooses_the_wrapper_and_what_it_does(monkeypatch,
                                                                      wrapped, split_env, diet_env):
     from torch.utils import cpp_extension
 
-    from pytest_cudaagent.config import EvalConfig
+    from pytest_cudaagent.core.config import EvalConfig
 
     assert EvalConfig().header_diet and not EvalConfig.from_dict({"header_diet": False}).header_diet
     monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(Path(NVCC).resolve().parents[1]))
@@ -437,7 +437,7 @@ def test_the_evaluation_config_chooses_the_wrapper_and_what_it_does(monkeypatch,
 def test_the_evaluation_config_can_leave_the_lean_copy_out(monkeypatch, nvcc_environment):
     from torch.utils import cpp_extension
 
-    from pytest_cudaagent.config import EvalConfig
+    from pytest_cudaagent.core.config import EvalConfig
 
     assert EvalConfig().header_diet_lean and not EvalConfig.from_dict({"header_diet_lean": False}).header_diet_lean
     monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(Path(NVCC).resolve().parents[1]))
@@ -469,7 +469,7 @@ def test_a_published_style_source_on_torchs_own_headers_builds_from_the_copy(tmp
                       .replace("#include <ATen/cuda/CUDAContext.h>", "#include <c10/cuda/CUDAStream.h>")
                       .replace("at::cuda::getCurrentCUDAStream", "c10::cuda::getCurrentCUDAStream") + extra)
     includes = [flag for path in cpp_extension.include_paths() for flag in ("-I", path)]
-    from benchmark.experiments.build_speed import stub_headers
+    from experiments.build_speed import stub_headers
 
     includes += ["-I", sysconfig.get_paths()["include"], "-I", str(stub_headers(tmp_path))]
     log = tmp_path / "nvcc.jsonl"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import psutil
 
-from pytest_cudaagent import host_memory
-from pytest_cudaagent.config import EvalConfig
+from pytest_cudaagent.core.config import EvalConfig
+from pytest_cudaagent.system import host_memory
 
 GIB = 1024**3
 

@@ -9,8 +9,9 @@ import signal
 
 import pytest
 
-from pytest_cudaagent import EvalConfig, evaluate, host_quiet
-from pytest_cudaagent.host_quiet import (
+from pytest_cudaagent import EvalConfig, evaluate
+from pytest_cudaagent.timing import host_quiet
+from pytest_cudaagent.timing.host_quiet import (
     HOST_ENV,
     HostPlan,
     automatic_count,
@@ -18,7 +19,7 @@ from pytest_cudaagent.host_quiet import (
     record_host,
     reserved_in,
 )
-from pytest_cudaagent.locks import device_lock
+from pytest_cudaagent.timing.locks import device_lock
 from tests.evaluator.host_quiet import targets
 from tests.helpers import QUICK_TIMING, cpu_config
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_cudaagent import l2_persistence
-from pytest_cudaagent.config import TimingConfig
-from pytest_cudaagent.l2_persistence import (
+from pytest_cudaagent.core.config import TimingConfig
+from pytest_cudaagent.rules import l2_persistence
+from pytest_cudaagent.rules.l2_persistence import (
     ACCESS_PROPERTY_NORMAL,
     ACCESS_PROPERTY_PERSISTING,
     ACCESS_PROPERTY_STREAMING,
@@ -26,7 +26,7 @@ from pytest_cudaagent.l2_persistence import (
     guard_for,
     persistence_guard,
 )
-from pytest_cudaagent.timer import Clock, Timer
+from pytest_cudaagent.timing.timer import Clock, Timer
 
 TIMING_STREAM = 0x5000
 PERSISTING_WINDOW = Window(0x7F00_0000, 16 << 20, 1.0, ACCESS_PROPERTY_PERSISTING, ACCESS_PROPERTY_STREAMING)

@@ -3,8 +3,8 @@ import os
 import threading
 import time
 
-from pytest_cudaagent.gpu_pinning import pin_xdist_worker_to_gpu
-from pytest_cudaagent.locks import device_lock, device_work
+from pytest_cudaagent.system.gpu_pinning import pin_xdist_worker_to_gpu
+from pytest_cudaagent.timing.locks import device_lock, device_work
 
 
 def _hold_lock(log_path: str, lock_dir: str) -> None:
@@ -128,7 +128,7 @@ def test_the_evaluating_process_holds_the_timing_lock_on_the_candidates_behalf(t
     from pathlib import Path
 
     from pytest_cudaagent import evaluate
-    from pytest_cudaagent.locks import holder_id
+    from pytest_cudaagent.timing.locks import holder_id
     from tests.helpers import TEST_PROBLEMS, cpu_config
 
     assert holder_id().startswith(f"{os.getpid()}-") and holder_id() == holder_id()

@@ -21,9 +21,9 @@ import pytest
 
 from pytest_cudaagent import evaluate
 from pytest_cudaagent.evaluation import evaluate_to_result
-from pytest_cudaagent.footprints import Footprint, FootprintStore, Measures, estimate
-from pytest_cudaagent.memory_gate import Gate
-from pytest_cudaagent.out_of_memory import asked_and_had, out_of_memory
+from pytest_cudaagent.resources.footprints import Footprint, FootprintStore, Measures, estimate
+from pytest_cudaagent.resources.memory_gate import Gate
+from pytest_cudaagent.resources.out_of_memory import asked_and_had, out_of_memory
 from tests.helpers import TEST_PROBLEMS, cpu_config
 
 SMALL_LEAKY = TEST_PROBLEMS / "small_leaky_relu.py"
@@ -133,7 +133,7 @@ def markers(tmp_path):
 @pytest.fixture(autouse=True)
 def private_gate(monkeypatch, tmp_path):
     """A gate of this test's own: no other test's evaluation shares its device."""
-    monkeypatch.setattr("pytest_cudaagent.memory_gate.gate_root", lambda: tmp_path / "gate")
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.gate_root", lambda: tmp_path / "gate")
 
 
 @pytest.fixture
@@ -331,9 +331,9 @@ def test_admission_waits_until_the_footprint_fits_beside_what_running_pairs_rese
     a pair of 4 GiB waits until that one's correctness is checked (its memory then shows in the
     free memory), and a pair whose footprint is unknown does not wait."""
     gib = 1024**3
-    monkeypatch.setattr("pytest_cudaagent.memory_gate.free_memory", lambda device: (None, 10 * gib))
-    monkeypatch.setattr("pytest_cudaagent.memory_gate.shared_memory_free", lambda: 64 * gib)
-    monkeypatch.setattr("pytest_cudaagent.memory_gate.ADMISSION_POLL_S", 0.01)
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.free_memory", lambda device: (None, 10 * gib))
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.shared_memory_free", lambda: 64 * gib)
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.ADMISSION_POLL_S", 0.01)
     gate = Gate("cpu")
     events: list[str] = []
     with gate.shared("admit", "big") as running, gate.shared("admit", "not yet admitted"):
@@ -363,10 +363,10 @@ def test_admission_counts_the_sets_against_dev_shm_too(monkeypatch):
     and is admitted by footprint once /dev/shm has it."""
     gib = 1024**3
     shm = {"free": 10 * gib}
-    monkeypatch.setattr("pytest_cudaagent.memory_gate.free_memory", lambda device: (None, 100 * gib))
-    monkeypatch.setattr("pytest_cudaagent.memory_gate.shared_memory_free", lambda: shm["free"])
-    monkeypatch.setattr("pytest_cudaagent.memory_gate.ADMISSION_POLL_S", 0.01)
-    monkeypatch.setattr("pytest_cudaagent.memory_gate.ADMISSION_WAIT_S", 0.2)
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.free_memory", lambda device: (None, 100 * gib))
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.shared_memory_free", lambda: shm["free"])
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.ADMISSION_POLL_S", 0.01)
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.ADMISSION_WAIT_S", 0.2)
     gate = Gate("cpu")
     with gate.shared("admit", "big") as running:
         running.admit(Footprint(0, 8 * gib))
@@ -408,9 +408,9 @@ def test_a_pair_waiting_for_room_is_not_held_up_by_a_retry_waiting_for_it(monkey
     """A retry waits to hold the gate alone, which needs this pair's shared hold to end; were the
     waiting retry counted as running, this pair would wait for it in turn (until the admission's
     time limit, cut here to seconds)."""
-    monkeypatch.setattr("pytest_cudaagent.memory_gate.free_memory", lambda device: (None, 1024**3))
-    monkeypatch.setattr("pytest_cudaagent.memory_gate.ADMISSION_WAIT_S", 5.0)
-    monkeypatch.setattr("pytest_cudaagent.memory_gate.ADMISSION_POLL_S", 0.01)
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.free_memory", lambda device: (None, 1024**3))
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.ADMISSION_WAIT_S", 5.0)
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.ADMISSION_POLL_S", 0.01)
     gate = Gate("cpu")
 
     def retry_alone() -> None:

@@ -7,8 +7,8 @@ import mmap
 import pytest
 import torch
 
-from pytest_cudaagent import output_memory
-from pytest_cudaagent.outputs import inspect_outputs
+from pytest_cudaagent.rules import output_memory
+from pytest_cudaagent.rules.outputs import inspect_outputs
 
 PAGE = mmap.PAGESIZE
 PROT_NONE = 0  # mmap.PROT_NONE exists from Python 3.13

@@ -13,7 +13,7 @@ import pytest
 
 from pytest_cudaagent import evaluate
 from pytest_cudaagent.evaluation import Evaluation
-from pytest_cudaagent.outside_kill import RULE, killed_from_outside
+from pytest_cudaagent.workers.outside_kill import RULE, killed_from_outside
 from tests.helpers import TEST_CANDIDATES, TEST_PROBLEMS, cpu_config
 
 SMALL_LEAKY = TEST_PROBLEMS / "small_leaky_relu.py"

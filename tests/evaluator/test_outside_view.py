@@ -6,8 +6,8 @@ import os
 import threading
 import time
 
-from pytest_cudaagent import outside_view
-from pytest_cudaagent.outside_view import LoopCost, Snapshot
+from pytest_cudaagent.rules import outside_view
+from pytest_cudaagent.rules.outside_view import LoopCost, Snapshot
 
 MS = 1_000_000
 

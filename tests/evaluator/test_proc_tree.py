@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from pytest_cudaagent import proc_tree
+from pytest_cudaagent.system import proc_tree
 
 # A process whose children come from its main thread and from another thread that stays alive
 # (the kernel lists a child under the thread that forked it while that thread lives), one of

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import psutil
 
-from pytest_cudaagent import evaluate, zygote
+from pytest_cudaagent import evaluate
+from pytest_cudaagent.workers import zygote
 from tests.helpers import CPU_CANDIDATES, TEST_PROBLEMS, cpu_config
 
 PAIR = (TEST_PROBLEMS / "small_leaky_relu.py", CPU_CANDIDATES / "leaky_relu.py")

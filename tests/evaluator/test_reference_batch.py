@@ -10,9 +10,9 @@ import threading
 import pytest
 
 from pytest_cudaagent import evaluate
-from pytest_cudaagent.config import TimingConfig
-from pytest_cudaagent.reference_batch import ReferenceStore, batch_key, close_kept
-from pytest_cudaagent.reference_batch import store as reference_store
+from pytest_cudaagent.core.config import TimingConfig
+from pytest_cudaagent.workers.reference_batch import ReferenceStore, batch_key, close_kept
+from pytest_cudaagent.workers.reference_batch import store as reference_store
 from tests.helpers import PROBLEMS, TEST_CANDIDATES, cpu_config
 
 PROBLEM = PROBLEMS / "linear_bias_relu.py"
@@ -122,7 +122,7 @@ class FakeWorker:
 
 
 def kept(worker):
-    from pytest_cudaagent.reference_batch import KeptReference
+    from pytest_cudaagent.workers.reference_batch import KeptReference
 
     return KeptReference(worker, {"sets": []}, 1)
 

@@ -7,8 +7,8 @@ from multiprocessing.reduction import ForkingPickler
 import pytest
 import torch
 
-from pytest_cudaagent.replies import ForbiddenReply, load_reply
-from pytest_cudaagent.result import Violation
+from pytest_cudaagent.core.result import Violation
+from pytest_cudaagent.workers.replies import ForbiddenReply, load_reply
 
 
 def _as_sent(message) -> bytes:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from pytest_cudaagent.sandbox import _exit_as
+from pytest_cudaagent.workers.sandbox import _exit_as
 
 
 def _outer_exit_status(kill_with: int) -> int:

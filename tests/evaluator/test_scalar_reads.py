@@ -6,8 +6,8 @@ from the inputs, or of memory whose content the audit cannot vouch for, is, unde
 import torch
 import torch.nn as nn
 
-from pytest_cudaagent.guards import ForwardGuard
-from pytest_cudaagent.rules import get_policy
+from pytest_cudaagent.rules.guards import ForwardGuard
+from pytest_cudaagent.rules.rules import get_policy
 
 
 class Scaled(nn.Module):

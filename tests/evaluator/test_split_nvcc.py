@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudaagent import fast_build, split_nvcc
+from pytest_cudaagent.builds import fast_build, split_nvcc
 
 NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
@@ -182,7 +182,7 @@ def test_install_makes_torchs_ninja_file_run_split_nvcc_and_keeps_a_users_own(mo
 def test_evaluation_config_turns_it_off(monkeypatch, nvcc_environment):
     from torch.utils import cpp_extension
 
-    from pytest_cudaagent.config import EvalConfig
+    from pytest_cudaagent.core.config import EvalConfig
 
     assert EvalConfig().split_nvcc and not EvalConfig.from_dict({**EvalConfig().to_dict(), "split_nvcc": False}).split_nvcc
     monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(Path(NVCC).resolve().parents[1]))
@@ -201,7 +201,7 @@ def test_a_bundled_candidate_with_torchs_headers_and_flags_splits_to_the_same_ob
 import os, shutil, subprocess, sys
 from pathlib import Path
 sys.path.insert(0, {str(ROOT)!r})
-from benchmark.experiments.build_speed import captured_build, stub_headers
+from experiments.build_speed import captured_build, stub_headers
 from torch.utils import cpp_extension
 cpp_extension.CUDA_HOME = str(Path(shutil.which("nvcc")).resolve().parents[1])
 os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"

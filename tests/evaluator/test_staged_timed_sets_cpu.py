@@ -3,7 +3,7 @@
 
 import torch
 
-from pytest_cudaagent.timer import staged_on_device
+from pytest_cudaagent.timing.timer import staged_on_device
 
 
 def test_nothing_is_staged_on_the_cpu():
@@ -14,7 +14,7 @@ def test_output_copies_are_exact_views_of_one_slab_taken_up_front():
     """timer.OutputCopies on the CPU (its allocator side is tested on the GPU): every dtype and
     layout comes back with its values, shape and dtype; all copies share the one slab; what
     the slab has no room for gets its own copy."""
-    from pytest_cudaagent.timer import OutputCopies
+    from pytest_cudaagent.timing.timer import OutputCopies
 
     outputs = [torch.randn(3, 5).t(), torch.arange(7, dtype=torch.int64), torch.rand(4) > 0.5,
                torch.randn(2, 3, dtype=torch.complex64), torch.randn(5).half(), torch.empty(0, 4)]

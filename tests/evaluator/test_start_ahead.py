@@ -11,9 +11,10 @@ import time
 
 import pytest
 
-from pytest_cudaagent import evaluate, start_ahead
+from pytest_cudaagent import evaluate
 from pytest_cudaagent import evaluation as evaluation_module
-from pytest_cudaagent.start_ahead import StartAhead, StartedWorker
+from pytest_cudaagent.workers import start_ahead
+from pytest_cudaagent.workers.start_ahead import StartAhead, StartedWorker
 from tests.adversarial.test_tampering import PROBLEM as TAMPERING_PROBLEM
 from tests.adversarial.test_tampering import make_workspace
 from tests.helpers import TEST_CANDIDATES, TEST_PROBLEMS, cpu_config
@@ -275,7 +276,7 @@ def test_a_cleared_announcement_starts_nothing():
 
 def test_the_plugin_announces_the_next_pair_and_clears_after_the_last(pytester):
     from pytest_cudaagent import plugin
-    from pytest_cudaagent.pairing import Pair
+    from pytest_cudaagent.records.pairing import Pair
 
     config = pytester.parseconfig("--cudaagent-start-ahead", "--cudaagent-device", "cpu")
     config.stash[plugin.PATHS] = plugin._absolute_paths(config)

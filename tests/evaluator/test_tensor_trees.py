@@ -4,11 +4,11 @@ refilled, snapshotted and checked like top-level ones, everywhere the evaluator 
 import pytest
 import torch
 
-from pytest_cudaagent import tensor_trees as trees
+from pytest_cudaagent.core import tensor_trees as trees
+from pytest_cudaagent.core.shared_tensors import SharedBufferPool, shared_copy
 from pytest_cudaagent.evaluation import _same_input
-from pytest_cudaagent.outputs import device_snapshot, inspect_outputs, unchanged
-from pytest_cudaagent.shared_tensors import SharedBufferPool, shared_copy
-from pytest_cudaagent.timer import input_buffers, load_content
+from pytest_cudaagent.rules.outputs import device_snapshot, inspect_outputs, unchanged
+from pytest_cudaagent.timing.timer import input_buffers, load_content
 
 
 def nested() -> list:

@@ -5,8 +5,9 @@ The check itself is outside_view's; here only what the evaluation does with its 
 
 from __future__ import annotations
 
-from pytest_cudaagent import evaluate, outside_view
-from pytest_cudaagent.result import Violation
+from pytest_cudaagent import evaluate
+from pytest_cudaagent.core.result import Violation
+from pytest_cudaagent.rules import outside_view
 from tests.helpers import DATA, TEST_PROBLEMS, cpu_config
 
 PROBLEM = TEST_PROBLEMS / "small_leaky_relu.py"

@@ -6,8 +6,8 @@ import dataclasses
 import threading
 
 from pytest_cudaagent import evaluate
-from pytest_cudaagent.baseline_cache import BaselineCache
-from pytest_cudaagent.locks import device_work
+from pytest_cudaagent.timing.baseline_cache import BaselineCache
+from pytest_cudaagent.timing.locks import device_work
 from tests.helpers import QUICK_TIMING, REPO, TEST_PROBLEMS, cpu_config
 
 CANDIDATE = REPO / "tests" / "adversarial" / "sandbox_candidates" / "honest_torch.py"  # no build

@@ -2,7 +2,7 @@
 time_candidate), so the next call's output can reuse its memory. Held, the copy takes the freed
 block and every timed call allocates fresh pages inside the timed region: an honest
 F.leaky_relu timed at 3x eager's time on the CPU, 18x sandboxed
-(benchmark/experiments/timed_call_overhead.py)."""
+(experiments/timed_call_overhead.py)."""
 
 from pathlib import Path
 

@@ -2,8 +2,8 @@
 
 import torch
 
-from pytest_cudaagent.config import TimingConfig
-from pytest_cudaagent.timer import Clock, Timer, _sample_count
+from pytest_cudaagent.core.config import TimingConfig
+from pytest_cudaagent.timing.timer import Clock, Timer, _sample_count
 
 CONFIG = TimingConfig(warmup_ms=1, repeat_ms=5, min_samples=6, max_samples=30)
 
@@ -72,7 +72,7 @@ def test_patched_clock_changes_nothing():
 def test_fresh_call_count_follows_the_budget_and_the_memory_for_fresh_sets():
     import dataclasses
 
-    from pytest_cudaagent.timer import fresh_call_count
+    from pytest_cudaagent.timing.timer import fresh_call_count
 
     config = dataclasses.replace(CONFIG, repeat_ms=100, min_samples=10, max_samples=1000, fresh_inputs_bytes=1 << 30)
     assert fresh_call_count(1.0, 1 << 10, config) == 100  # the repeat budget decides
@@ -82,7 +82,7 @@ def test_fresh_call_count_follows_the_budget_and_the_memory_for_fresh_sets():
 
 
 def test_busy_time_counts_overlapping_kernels_once():
-    from pytest_cudaagent.timer import busy_ns
+    from pytest_cudaagent.timing.timer import busy_ns
 
     assert busy_ns([]) == 0
     assert busy_ns([(0, 10), (20, 30)]) == 20  # a gap is not busy
@@ -113,7 +113,7 @@ class FakeKernel:
 
 
 def test_profiled_calls_are_split_at_the_flushes_which_are_not_counted():
-    from pytest_cudaagent.timer import split_calls
+    from pytest_cudaagent.timing.timer import split_calls
 
     timing, flush = 3, 7  # the marker names the timing stream, the first flush the flush stream
     events = [
@@ -134,7 +134,7 @@ def test_profiled_calls_are_split_at_the_flushes_which_are_not_counted():
 
 
 def test_work_on_another_stream_is_counted_and_reported():
-    from pytest_cudaagent.timer import split_calls
+    from pytest_cudaagent.timing.timer import split_calls
 
     events = [FakeKernel(3, 0, 10), FakeKernel(7, 20, 100), FakeKernel(3, 150, 250, "mine"),
               FakeKernel(9, 200, 400, "side"), FakeKernel(7, 450, 550)]
@@ -146,7 +146,7 @@ def test_work_on_another_stream_is_counted_and_reported():
 def test_split_calls_refuses_when_the_flushes_do_not_frame_every_call():
     import pytest
 
-    from pytest_cudaagent.timer import split_calls
+    from pytest_cudaagent.timing.timer import split_calls
 
     same_stream = [FakeKernel(0, 0, 100), FakeKernel(0, 150, 250), FakeKernel(0, 300, 400), FakeKernel(0, 500, 600)]
     with pytest.raises(RuntimeError, match="cannot tell the calls apart"):
@@ -154,7 +154,7 @@ def test_split_calls_refuses_when_the_flushes_do_not_frame_every_call():
 
 
 def test_an_overlapped_call_ends_at_its_stream_end_unless_the_device_stayed_busy():
-    from pytest_cudaagent.timer import call_time_ms
+    from pytest_cudaagent.timing.timer import call_time_ms
 
     # The synchronisation's usual wake-up (~11 us) is left out...
     assert call_time_ms(0.201, 0.190, overlapped=True, sync_latency_ms=0.05) == 0.190

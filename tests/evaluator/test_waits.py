@@ -16,13 +16,13 @@ from collections import Counter
 import pytest
 
 from benchmark.progress import progress_description
-from pytest_cudaagent import waits
-from pytest_cudaagent.locks import device_lock, note_path
+from pytest_cudaagent.timing import waits
+from pytest_cudaagent.timing.locks import device_lock, note_path
 
 # Another run holding a lock for `seconds`: prints "held" once it has it.
 HOLDER = textwrap.dedent("""
     import sys, time
-    from pytest_cudaagent.locks import device_lock, device_work
+    from pytest_cudaagent.timing.locks import device_lock, device_work
     kind, seconds = sys.argv[1], float(sys.argv[2])
     with (device_lock("cpu", 0.1) if kind == "timing" else device_work("cpu")):
         print("held", flush=True)

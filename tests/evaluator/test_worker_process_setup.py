@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from pytest_cudaagent import evaluate
-from pytest_cudaagent.worker import _seed_all
+from pytest_cudaagent.workers.worker import _seed_all
 from tests.helpers import QUICK_TIMING, TEST_PROBLEMS, cpu_config
 
 

@@ -1,4 +1,4 @@
-"""Workers forked from the zygote (pytest_cudaagent/zygote.py): as fresh and as private as a
+"""Workers forked from the zygote (pytest_cudaagent/workers/zygote.py): as fresh and as private as a
 spawned worker, and no process of it outlives the evaluator."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_cudaagent import zygote
-from pytest_cudaagent.channel import Worker, WorkerDied
+from pytest_cudaagent.workers import zygote
+from pytest_cudaagent.workers.channel import Worker, WorkerDied
 from tests.evaluator.zygote_targets import (
     report_and_stay,
     report_descriptors,

@@ -118,7 +118,7 @@ def test_a_batch_shares_the_reference_on_the_gpu():
     third use the first's reference worker, its CUDA context and prepared sets, and still pass and
     are timed on inputs of their own; a vandal in between (it zeroes what it was sent) changes
     nothing for the next."""
-    from pytest_cudaagent.reference_batch import close_kept
+    from pytest_cudaagent.workers.reference_batch import close_kept
     from tests.helpers import TEST_CANDIDATES
 
     config = EvalConfig(device="cuda", reference_batch="gpu-batch", baselines=("eager",))
@@ -139,7 +139,7 @@ def test_the_next_candidate_starts_ahead_on_the_gpu():
     its worker (CUDA context, sandbox, load_inline build) starts once the first has built, while
     the first is checked and timed beside it; its evaluation finds it built and passes, timed as
     one started with its evaluation is."""
-    from pytest_cudaagent import start_ahead
+    from pytest_cudaagent.workers import start_ahead
     from tests.helpers import TEST_CANDIDATES
 
     config = EvalConfig(device="cuda", policy="permissive", baselines=("eager",))

@@ -13,8 +13,8 @@ import uuid
 import pytest
 
 from pytest_cudaagent import EvalConfig, evaluate
-from pytest_cudaagent.footprints import FootprintStore
-from pytest_cudaagent.memory_gate import Gate
+from pytest_cudaagent.resources.footprints import FootprintStore
+from pytest_cudaagent.resources.memory_gate import Gate
 from tests.helpers import TEST_PROBLEMS
 
 pytestmark = pytest.mark.gpu
@@ -47,7 +47,7 @@ class ModelNew(nn.Module):
 @pytest.fixture(autouse=True)
 def private_gate(monkeypatch, tmp_path):
     """A gate of this test's own: the GPU tests beside it evaluate at the machine's."""
-    monkeypatch.setattr("pytest_cudaagent.memory_gate.gate_root", lambda: tmp_path / "gate")
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.gate_root", lambda: tmp_path / "gate")
 
 
 @pytest.fixture

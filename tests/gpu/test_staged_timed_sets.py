@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from pytest_cudaagent.timer import staged_on_device
+from pytest_cudaagent.timing.timer import staged_on_device
 
 
 @pytest.mark.gpu
@@ -29,7 +29,7 @@ def test_output_copies_give_the_candidates_freed_blocks_back_to_its_next_call():
     and an output (a convolution, then its own ReLU) allocates nothing new from its second call
     on, as the eager baseline, whose outputs are dropped. Copied call by call, each copy took
     a block the candidate had just freed and every call went to cudaMalloc while timed."""
-    from pytest_cudaagent.timer import OutputCopies
+    from pytest_cudaagent.timing.timer import OutputCopies
 
     calls, shape = 8, (16, 128, 56, 56)
     output_bytes = 16 * 128 * 56 * 56 * 4

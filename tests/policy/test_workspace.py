@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from policy.workspace import PROTECTED_FILES, Workspace, WorkspaceError
-from pytest_cudaagent.files import Candidate
+from pytest_cudaagent.core.files import Candidate
 
 PROBLEM = Path(__file__).parents[2] / "examples" / "problems" / "leaky_relu.py"
 

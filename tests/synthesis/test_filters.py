@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from pytest_cudaagent.locks import device_lock
+from pytest_cudaagent.timing.locks import device_lock
 from synthesis.filters import (
     LoadedTask,
     batch_size_of,

@@ -177,7 +177,7 @@ def test_sigterm_ends_the_workers_and_the_killed_run_is_summarised(tmp_path, sma
         assert not alive, f"workers left running: {alive}"
     finally:
         process.kill()
-    summary = subprocess.run([sys.executable, "-m", "benchmark.experiments.synthesis_throughput", "--out", str(run),
+    summary = subprocess.run([sys.executable, "-m", "experiments.synthesis_throughput", "--out", str(run),
                               "--summary-only", "--json", str(tmp_path / "numbers.json")],
                              cwd=REPO, capture_output=True, text=True, timeout=120)
     assert summary.returncode == 0, summary.stderr

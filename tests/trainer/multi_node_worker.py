@@ -6,7 +6,7 @@ as one process of several machines."""
 import sys
 from pathlib import Path
 
-from benchmark.experiments.reward_latency import (
+from experiments.reward_latency import (
     QUICK_CANDIDATE,
     QUICK_EVAL_OPTIONS,
     FixedAnswerEnvironment,

@@ -79,9 +79,9 @@ def test_every_stage_runs_on_two_processes_with_metrics_over_both(tmp_path):
 
 
 def test_scaling_benchmark_compares_one_and_two_processes(tmp_path):
-    """benchmark/experiments/ppo_scaling.py on CPU processes: both curve runs train on the same global batch,
+    """experiments/ppo_scaling.py on CPU processes: both curve runs train on the same global batch,
     and the table, curves and plot are written (its timings mean nothing on the CPU)."""
-    completed = subprocess.run([sys.executable, "-m", "benchmark.experiments.ppo_scaling", "--out", str(tmp_path), "--cpu",
+    completed = subprocess.run([sys.executable, "-m", "experiments.ppo_scaling", "--out", str(tmp_path), "--cpu",
                                 "--quick", "--only", "curve"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:] + (tmp_path / "launch.log").read_text()[-3000:]
     summary = {row["run"]: row for row in json.loads((tmp_path / "scaling.json").read_text())["summary"]}

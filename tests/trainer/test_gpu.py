@@ -49,7 +49,7 @@ def test_bf16_ppo_on_gpu_learns_and_sampler_agrees(tmp_path, make_runtime):
 
 def test_ppo_throughput_benchmark_runs_on_gpu(tmp_path):
     output = tmp_path / "ppo.json"
-    subprocess.run([sys.executable, "-m", "benchmark.experiments.ppo_throughput", "--impl", "cuda-agent", "--hidden", "256",
+    subprocess.run([sys.executable, "-m", "experiments.ppo_throughput", "--impl", "cuda-agent", "--hidden", "256",
                     "--layers", "4", "--batch", "16", "--prompt", "64", "--response", "64", "--minibatch", "8",
                     "--micro", "4", "--iterations", "2", "--json", str(output)], cwd=REPO, check=True)
     (record,) = json.loads(output.read_text())["records"]

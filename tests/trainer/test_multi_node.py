@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmark.experiments.reward_latency import QUICK_CANDIDATE
+from experiments.reward_latency import QUICK_CANDIDATE
 from policy.trainer.metrics import read_metrics
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.experiments.reward_latency import (
+from experiments.reward_latency import (
     QUICK_CANDIDATE,
     QUICK_EVAL_OPTIONS,
     FixedAnswerEnvironment,

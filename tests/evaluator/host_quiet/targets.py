@@ -4,8 +4,8 @@ import os
 import subprocess
 import sys
 
-from pytest_cudaagent.host_quiet import untimed_worker
-from pytest_cudaagent.locks import device_lock
+from pytest_cudaagent.timing.host_quiet import untimed_worker
+from pytest_cudaagent.timing.locks import device_lock
 
 
 def thread_cpus(pid: int) -> set[int]:
@@ -52,7 +52,7 @@ def timed_by_another(conn, reserved: int) -> None:
     reports their count."""
     import torch
 
-    from pytest_cudaagent.host_quiet import fit_timed_threads
+    from pytest_cudaagent.timing.host_quiet import fit_timed_threads
 
     torch.set_num_threads(max(2, torch.get_num_threads()))  # more than the reserved core
     torch.ones(1 << 20).sum()  # its intra-op threads started

@@ -1,0 +1,91 @@
+"""A problem's memory footprint: what its reference measured the first time it ran (its peak
+device memory while preparing, the bytes of one set's inputs and outputs), kept on disk by problem
+source and device, and what a pair of that problem is estimated to need (memory_gate.py admits
+pairs by it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.config import EvalConfig
+
+# A CUDA context with torch's kernels loaded; each pair has two (the reference's, the candidate's).
+CONTEXT_BYTES = 512 * 1024**2
+
+
+@dataclass
+class Measures:
+    device_peak_bytes: int  # the reference's peak reserved device memory while preparing (0: none measured)
+    input_bytes: int  # one set's inputs
+    output_bytes: int  # one set's outputs (the reference's)
+
+
+@dataclass
+class Footprint:
+    device_bytes: int
+    host_bytes: int
+
+    def as_gib(self) -> dict[str, float]:
+        return {"device_gib": round(self.device_bytes / 1024**3, 2), "host_gib": round(self.host_bytes / 1024**3, 2)}
+
+
+def estimate(measures: Measures, config: EvalConfig, device: str) -> Footprint:
+    """A pair's memory at its peak, from its problem's measures. The reference process peaks while
+    preparing (its model and one call); the candidate's holds the same and, until its last
+    correctness call is checked, every correctness call's outputs (two calls per trial from the
+    second on: worker.check_held), or in its timing the rotating inputs, the L2 flush buffer and
+    the timed calls' inputs staged on the device (at most fresh_inputs_bytes). On the host the
+    parent and the reference share every set drawn (trials, rotating, the timed calls' fresh
+    ones), and the parent lends one set's copy at a time."""
+    set_bytes = measures.input_bytes + measures.output_bytes
+    timing = config.timing_config
+    rotating = timing.rotating_inputs if config.timing else 0
+    peak = measures.device_peak_bytes or set_bytes
+    held_outputs = max(1, 2 * config.trials - 1) * measures.output_bytes
+    timed_extra = rotating * measures.input_bytes + timing.l2_flush_bytes + timing.fresh_inputs_bytes if config.timing else 0
+    worker_bytes = 2 * peak + max(held_outputs, timed_extra)  # the reference's and the candidate's
+    host_sets = (config.trials + rotating) * set_bytes + 2 * set_bytes
+    if config.timing:
+        host_sets += max(timing.min_samples * set_bytes, timing.fresh_inputs_bytes) + rotating * set_bytes
+    if device == "cuda":
+        return Footprint(2 * CONTEXT_BYTES + worker_bytes, host_sets)
+    return Footprint(0, host_sets + worker_bytes)
+
+
+class FootprintStore:
+    """Measures by problem source and device, one small JSON file each, under the cache."""
+
+    def __init__(self, cache_dir: Path):
+        self.root = Path(cache_dir) / "footprints"
+
+    def key(self, problem: Path, device: str) -> str:
+        from ..system.envinfo import device_name
+
+        digest = hashlib.sha256(Path(problem).read_bytes())
+        digest.update(b"\0" + device_name(device).encode())
+        return digest.hexdigest()[:24]
+
+    def get(self, problem: Path, device: str) -> Measures | None:
+        try:
+            return Measures(**json.loads((self.root / f"{self.key(problem, device)}.json").read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def put(self, problem: Path, device: str, measures: Measures) -> None:
+        """Written whole (a temporary file renamed), the larger peak kept: runs vary a little."""
+        known = self.get(problem, device)
+        if known is not None:
+            measures = dataclasses.replace(measures, device_peak_bytes=max(known.device_peak_bytes,
+                                                                           measures.device_peak_bytes))
+            if known == measures:
+                return
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / f"{self.key(problem, device)}.json"
+        temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(dataclasses.asdict(measures)))
+        temporary.replace(path)

@@ -1,0 +1,164 @@
+"""Facts about a candidate's outputs, read in its own process right after `forward`: exact type,
+device, aliasing of inputs. The values travel to the parent as host copies in shared memory for
+comparison; copies kept here to tell later whether a call changed an input or an output it had
+handed out stay on the device while they fit a budget."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from ..core import tensor_trees as trees
+from ..core.compare import as_output_list, describe, same_values
+from ..core.result import Violation
+from ..core.shared_tensors import shared_copy, shared_empty
+from . import output_memory
+
+# Bytes of device copies kept per evaluation: of the inputs around one correctness call
+# (device_snapshot), of the outputs held until check_held (held_copies). Beyond them, host copies.
+SNAPSHOT_BUDGET_BYTES = 1 << 30
+HELD_ON_DEVICE_BUDGET_BYTES = 1 << 30
+
+# What an output that is not a tensor may be, to travel to the evaluator: anything else would be
+# unpickled there (replies.py refuses it) and compared by its own __eq__.
+PLAIN_VALUES = (type(None), bool, int, float, complex, str)
+
+
+def _storage_pointer(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage().data_ptr()
+
+
+def inspect_outputs(outputs: object, inputs: list, device: str,
+                    copy_with: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                    into: list | None = None) -> dict:
+    """Checks on the outputs as returned, and a copy of each tensor: on the host in shared memory
+    (into the evaluator's storage `into[position]` when it has the output's size), or by
+    `copy_with` (on the device itself where a timed loop must not stall on a copy to the host,
+    timer.OutputCopies; the worker brings them over after the loop)."""
+    values = as_output_list(outputs)
+    violations, copies = [], []
+    input_storages = {_storage_pointer(t) for t in trees.tensors(inputs)}
+    for position, value in enumerate(values):
+        if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor:
+            # A subclass may compute lazily when compared or fake its values: never convert it.
+            violations.append(Violation("output_type", f"output {position} is {type(value).__qualname__}, not torch.Tensor"))
+            copies.append(None)
+            continue
+        if type(value) is torch.Tensor:
+            if value.device.type != device:
+                violations.append(Violation("output_type", f"output {position} is on {value.device}, expected {device}"))
+            if value.numel() and _storage_pointer(value) in input_storages:
+                violations.append(Violation("output_alias", f"output {position} shares memory with an input"))
+            kind = output_memory.device_memory_kind(value)
+            if kind is not None:
+                violations.append(Violation(output_memory.RULE, f"output {position} is in {kind}, not the device's own "
+                                            "memory: a host thread can write it after forward returned"))
+            lent = into[position] if into is not None and position < len(into) else None
+            try:
+                if copy_with is not None:
+                    copies.append(copy_with(value))
+                elif type(lent) is torch.UntypedStorage and lent.nbytes() == value.nbytes:
+                    copies.append(output_memory.copy_into(torch.empty(0, dtype=value.dtype).set_(lent, 0, value.shape),
+                                                          value))
+                else:
+                    copies.append(_host_copy(value))
+            except output_memory.UnreadableOutput as unreadable:
+                violations.append(Violation(output_memory.RULE, f"output {position} is memory this process cannot "
+                                            f"read ({unreadable}): its values would be computed when first read, after "
+                                            "the clock stopped"))
+                copies.append(None)
+        elif type(value) in PLAIN_VALUES:
+            copies.append(value)
+        else:
+            violations.append(Violation("output_type", f"output {position} is {type(value).__qualname__}, "
+                                        "not a torch.Tensor or a number"))
+            copies.append(None)
+    return {"outputs": copies, "output_types": [describe(v) for v in values], "violations": violations}
+
+
+def _host_copy(value: torch.Tensor) -> torch.Tensor:
+    """A copy in shared memory; a CPU output's read through the kernel (output_memory.py)."""
+    if value.device.type != "cpu":
+        return shared_copy(value)
+    return output_memory.copy_into(shared_empty(value.shape, value.dtype), value)
+
+
+def device_snapshot(inputs: list) -> list:
+    """Copies of each input's tensors (a tensor, or the tensors nested in a list, tuple or dict:
+    tensor_trees.py), where they are, with their metadata and the input itself (None for an input
+    without tensors or with any other kind of tensor, and for every one beyond
+    SNAPSHOT_BUDGET_BYTES or the device's memory: `unchanged` then says changed, and the input
+    travels as before)."""
+    snapshots: list = [None] * len(inputs)
+    if sum(value.nbytes for value in trees.tensors(inputs) if type(value) is torch.Tensor) > SNAPSHOT_BUDGET_BYTES:
+        return snapshots
+    try:
+        for position, value in enumerate(inputs):
+            held = trees.tensors(value)
+            if held and all(type(tensor) is torch.Tensor for tensor in held):
+                # The containers copied too: forward may append to a list it was given.
+                structure = trees.map_tensors(lambda tensor: tensor, value)
+                snapshots[position] = (structure, [_tensor_snapshot(tensor) for tensor in held])
+    except torch.OutOfMemoryError:
+        return [None] * len(inputs)
+    return snapshots
+
+
+def _tensor_snapshot(tensor: torch.Tensor) -> tuple:
+    return tensor.detach().clone(), tensor.shape, tensor.stride(), tensor.dtype, tensor.storage_offset()
+
+
+def unchanged(snapshot: tuple | None, value: object) -> bool:
+    """Whether the input `value` still holds the tensors, with the metadata and bytes, that
+    `snapshot` took of it, in the same containers (False without a snapshot: it travels back and
+    the evaluator compares)."""
+    if snapshot is None:
+        return False
+    was, copies = snapshot
+    now = trees.tensors(value)
+    if not trees.same_structure(was, value) or len(now) != len(copies):
+        return False
+    for tensor, (copy, shape, stride, dtype, offset) in zip(now, copies, strict=True):
+        if type(tensor) is not torch.Tensor:
+            return False
+        if (tensor.shape, tensor.stride(), tensor.dtype, tensor.storage_offset()) != (shape, stride, dtype, offset):
+            return False
+        if not same_values(copy, tensor.detach()):
+            return False
+    return True
+
+
+def held_copies(outputs: object, state: dict) -> list:
+    """What check_held compares a held output with: a copy on its device while the evaluation's
+    device copies fit HELD_ON_DEVICE_BUDGET_BYTES (`state["held_on_device_bytes"]`), else a
+    private host copy (never the one sent: that buffer is the evaluator's, lent again)."""
+    kept = []
+    for value in as_output_list(outputs):
+        if type(value) is not torch.Tensor:
+            kept.append(None)
+            continue
+        used = state.get("held_on_device_bytes", 0)
+        if value.device.type != "cpu" and used + value.nbytes <= HELD_ON_DEVICE_BUDGET_BYTES:
+            try:
+                kept.append(value.detach().clone())
+                state["held_on_device_bytes"] = used + value.nbytes
+                continue
+            except torch.OutOfMemoryError:
+                pass
+        kept.append(value.detach().to("cpu", copy=True))
+    return kept
+
+
+def storage_changes(held_outputs: object, copies: list) -> list[Violation]:
+    """`held_outputs`, returned by an earlier call and held since, against the copies taken right
+    after that call (on its device or the host): a change means a later call wrote into storage
+    already handed out (a persistent output buffer, a CUDA graph's static output)."""
+    changed = []
+    for position, (value, copy) in enumerate(zip(as_output_list(held_outputs), copies, strict=False)):
+        if type(value) is torch.Tensor and isinstance(copy, torch.Tensor) and value.numel():
+            if not same_values(copy, value.detach().to(copy.device)):
+                changed.append(Violation(
+                    "output_reused", f"forward returned output {position} in storage that a later call overwrote; "
+                    "a caller holding an earlier result sees it change"))
+    return changed
