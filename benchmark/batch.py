@@ -9,8 +9,10 @@ the per-GPU lock (pytest_cudaagent.timing.locks) keeps the timings one at a time
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.metadata
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -23,6 +25,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from pytest_cudaagent.core.config import EvalConfig
 from pytest_cudaagent.core.result import Result
 from pytest_cudaagent.records.pairing import Pair
 from pytest_cudaagent.records.results_file import done_keys, pair_key, record_missing
@@ -45,6 +48,8 @@ CORES_PER_BUILD = 1
 WORKERS_PER_GPU_AT_MOST = 16
 # pytest's exit codes for "every item ran" (1: some candidates failed, which is a normal outcome).
 PYTEST_RAN = (0, 1)
+# The run's EvalConfig as JSON, in the run's folder (OUT/.bench-run): what every evaluation got.
+RUN_CONFIG = "eval_config.json"
 
 
 class BatchError(RuntimeError):
@@ -62,31 +67,18 @@ class BatchInterrupted(Exception):
 
 @dataclass
 class BatchSettings:
-    device: str = "auto"  # cuda, cpu or auto
+    # The evaluator's settings, whole: every evaluation of the run gets this EvalConfig (on the
+    # run's device, with the run's reference batch id), handed to pytest as one --cudaagent-config.
+    config: EvalConfig = field(default_factory=EvalConfig)
     workers: int | None = None  # xdist workers; None: default_workers()
-    trials: int = 5
-    baselines: tuple[str, ...] = ("eager", "compile")
-    timing: bool = True
-    policy: str = "strict"
-    tolerance: str = "default"
-    convention: str = "kernelbench"
-    # An EvalConfig JSON for what has no option (timeouts, timing budgets, cache dir): --cudaagent-config.
-    config_file: Path | None = None
     # The GPUs the workers are pinned over, round robin (CUDA_VISIBLE_DEVICES of the run); None: all.
     gpus: tuple[str, ...] | None = None
-    backend: str = "pytorch-default"  # a config.BACKEND_PRESETS name
-    require_sandbox: bool = False
-    # The shared precompiled torch/extension.h (EvalConfig.fast_build): made once, beside the
-    # first candidates' builds, then taken by every later build with the same flags.
-    fast_build: bool = False
     # Candidates of the run share each problem's reference within a worker (EvalConfig.reference_batch,
     # a fresh id per run): every candidate file exists before the run starts, so none can know it.
     share_reference: bool = True
     # A worker's next candidate starts (sandbox, build) once its current one has built, while that
     # one is checked and timed (pytest_cudaagent.workers.start_ahead).
     start_ahead: bool = True
-    # What an evaluation does about device memory other evaluations share (EvalConfig.memory_policy).
-    memory_policy: str = "admit"
 
 
 @dataclass
@@ -155,36 +147,32 @@ def default_workers(device: str, gpus: int, cpus: int) -> int:
     return max(1, min(2, cpus // 2))
 
 
+def run_config(settings: BatchSettings, device: str) -> EvalConfig:
+    """The EvalConfig every evaluation of the run gets: the settings' own, on the run's `device`,
+    under a reference batch id of the run's own when its candidates share references."""
+    return dataclasses.replace(settings.config, device=device,
+                               reference_batch=uuid.uuid4().hex if settings.share_reference
+                               else settings.config.reference_batch)
+
+
 def pytest_command(manifest: Path, results_path: Path, run_dir: Path, settings: BatchSettings,
                    device: str, workers: int) -> list[str]:
+    """The run's pytest command; writes the run's EvalConfig (run_config) to run_dir/RUN_CONFIG,
+    which the plugin reads once per process (--cudaagent-config)."""
     loaded = {entry.value for entry in importlib.metadata.entry_points(group="pytest11")}
     autoload = not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    config_path = run_dir / RUN_CONFIG
+    config_path.write_text(json.dumps(run_config(settings, device).to_dict(), indent=1) + "\n")
     command = [sys.executable, "-m", "pytest", str(run_dir), "-c", str(run_dir / "pytest.ini"),
                "--rootdir", str(run_dir), "-p", "no:cacheprovider", "-p", "no:benchmark", "-q", "-rN"]
     for plugin in ("pytest_cudaagent.plugin", "xdist.plugin"):
         if not (autoload and plugin in loaded):
             command += ["-p", plugin]
     command += ["-p", "benchmark.pairs_plugin", "--bench-pairs", str(manifest),
-                "--cudaagent-results", str(results_path), "--cudaagent-device", device,
-                "--cudaagent-trials", str(settings.trials),
-                "--cudaagent-baselines", ",".join(settings.baselines),
-                "--cudaagent-policy", settings.policy, "--cudaagent-tolerance", settings.tolerance,
-                "--cudaagent-convention", settings.convention,
-                "--cudaagent-backend", settings.backend,
-                "--cudaagent-memory-policy", settings.memory_policy,
+                "--cudaagent-results", str(results_path), "--cudaagent-config", str(config_path),
                 "-n", str(workers), "--dist", "worksteal"]
-    if not settings.timing:
-        command.append("--cudaagent-no-timing")
-    if settings.require_sandbox:
-        command.append("--cudaagent-require-sandbox")
-    if settings.fast_build:
-        command.append("--cudaagent-fast-build")
-    if settings.share_reference:
-        command += ["--cudaagent-reference-batch", uuid.uuid4().hex]
     if settings.start_ahead:
         command.append("--cudaagent-start-ahead")
-    if settings.config_file is not None:
-        command += ["--cudaagent-config", str(settings.config_file)]
     return command
 
 
@@ -204,7 +192,7 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
         return outcome
 
     gpus = visible_gpu_count()  # NVML, once
-    device = batch_device(settings.device, gpus)
+    device = batch_device(settings.config.device, gpus)
     if device == "cuda" and not gpus:
         raise BatchError("--device cuda asked for, but no CUDA GPU is visible; use --device cpu")
     workers = settings.workers or default_workers(device, gpus, os.cpu_count() or 1)

@@ -7,18 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from pytest_cudaagent.core.config import (
-    BACKEND_HELP,
-    BACKEND_PRESETS,
-    BASELINE_MODES,
-    BUILD_TIMEOUT_HELP,
-    CONVENTIONS,
-    MEMORY_POLICIES,
-    MEMORY_POLICY_HELP,
-    RUN_TIMEOUT_HELP,
-    TOLERANCE_PRESETS,
-)
-from pytest_cudaagent.rules.rules import POLICY_NAMES
+from pytest_cudaagent.core.config import BASELINE_MODES
+from pytest_cudaagent.options import add_eval_options
 
 # Arguments that name files or folders: made absolute against the caller's directory before the
 # command runs (pytest_cudaagent.records.user_paths).
@@ -75,7 +65,6 @@ def register_bench(subparsers) -> None:
                         help="candidates named level_<L>_problem_<N>_sample_<K>[_kernel].py, <stem>.py, "
                              "<stem>_sample_<K>.py, or workspace directories named so "
                              "(default: examples/candidates/cuda on a GPU, else examples/candidates/cpu)")
-    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument("--out", default="bench-out", metavar="DIR", help="output directory (default bench-out)")
     parser.add_argument("--shard", type=_shard, metavar="I/N",
                         help="evaluate only shard I of N (0 <= I < N): the problems whose name hashes to I, "
@@ -85,25 +74,9 @@ def register_bench(subparsers) -> None:
     parser.add_argument("--overwrite", action="store_true", help="discard OUT/results.jsonl and start again")
     parser.add_argument("--workers", type=int, metavar="N",
                         help="pytest-xdist workers (default: one per CPU core, at least 2 and at most 16 per GPU)")
-    parser.add_argument("--trials", type=int, default=5, help="correctness trials per candidate (default 5)")
-    parser.add_argument("--timeout", type=float, metavar="S", help=RUN_TIMEOUT_HELP)
-    parser.add_argument("--build-timeout", type=float, metavar="S", help=BUILD_TIMEOUT_HELP)
-    parser.add_argument("--baselines", default="eager,compile",
-                        help="baselines to time once per problem: eager, compile, max-autotune (comma-separated)")
-    parser.add_argument("--no-timing", action="store_true", help="check correctness only")
-    parser.add_argument("--policy", choices=POLICY_NAMES, default="strict",
-                        help="strict (the paper's rules), permissive (KernelBench's) or calibration (the reference as its own candidate)")
-    parser.add_argument("--tolerance", choices=sorted(TOLERANCE_PRESETS), default="default")
-    parser.add_argument("--convention", choices=CONVENTIONS, default="kernelbench",
-                        help="kernelbench (default) or cuda-agent: whose idea of correct (README, Conventions)")
-    parser.add_argument("--backend", choices=BACKEND_PRESETS, default="pytorch-default", help=BACKEND_HELP)
-    parser.add_argument("--require-sandbox", action="store_true",
-                        help="refuse to run (exit 2) unless candidates can be fully sandboxed here (README, Isolation)")
-    parser.add_argument("--memory-policy", choices=MEMORY_POLICIES, default="admit",
-                        help=MEMORY_POLICY_HELP + " (README, Device memory under load)")
-    parser.add_argument("--no-fast-build", action="store_true",
-                        help="build every candidate the plain way, without the shared precompiled torch/extension.h "
-                             "a batch otherwise makes once and reuses (README, Builds)")
+    # The evaluator's options, as verify's and the plugin's (pytest_cudaagent.options); bench
+    # builds fast by default (--no-fast-build turns it off).
+    add_eval_options(parser.add_argument)
     parser.add_argument("--no-shared-reference", action="store_true",
                         help="draw each candidate's own reference (seed, weights, correctness inputs) instead of "
                              "one per problem shared by the run's candidates in a worker (README, Where an "

@@ -4,6 +4,7 @@ typed (`args.paths`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -16,13 +17,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pytest_cudaagent.core.config import (
-    BASELINE_MODES,
-    EvalConfig,
-    resolve_device,
-    timeout_overrides,
-)
+from pytest_cudaagent.core.config import BASELINE_MODES, EvalConfig, resolve_device
 from pytest_cudaagent.core.files import BadFileError
+from pytest_cudaagent.options import eval_config, namespace_values
 from pytest_cudaagent.records.user_paths import command_paths
 from pytest_cudaagent.system.lifetime import stop_on_sigterm
 from pytest_cudaagent.terminal import console as console_for_output
@@ -135,22 +132,13 @@ def interrupted_summary(stop: BatchInterrupted, shown, argv: list[str] | None = 
 # -- bench -----------------------------------------------------------------------------------
 
 
-def _timeouts_file(args, out_dir: Path) -> Path | None:
-    """--timeout / --build-timeout, handed to every evaluation as an EvalConfig file (the
-    plugin's --cudaagent-config; its options decide everything else). None when neither is given."""
+def bench_config(args) -> EvalConfig:
+    """The EvalConfig of the run, from the evaluator's options (pytest_cudaagent.options) over
+    bench's own default: the shared precompiled header on (a batch amortises it)."""
     try:
-        timeouts = timeout_overrides(args.timeout, args.build_timeout)
+        return eval_config(namespace_values(args), EvalConfig(fast_build=True))
     except ValueError as error:
         raise UsageError(str(error)) from None
-    if not timeouts:
-        return None
-    config = EvalConfig()
-    for field_name, seconds in timeouts.items():
-        setattr(config, field_name, seconds)
-    path = out_dir / ".bench-run" / "timeouts.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(config.to_dict()))
-    return path
 
 
 def default_candidates(device: str) -> Path:
@@ -161,7 +149,8 @@ def default_candidates(device: str) -> Path:
 def run_bench(args) -> int:
     console, shown = console_for_output(), args.paths.shown
     stop_on_sigterm()
-    if args.require_sandbox:
+    config = bench_config(args)
+    if config.require_sandbox:
         require_sandbox()  # before any work, so a refusal costs nothing
     out_dir = Path(args.out)
     if args.resume and args.overwrite:
@@ -169,7 +158,7 @@ def run_bench(args) -> int:
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers must be at least 1")
     problems = _problems(args, out_dir / "problems")
-    device = batch_device(args.device)
+    device = batch_device(config.device)
     if args.candidates:
         candidates = Path(args.candidates)
     elif args.kernelbench or args.problems:
@@ -193,14 +182,8 @@ def run_bench(args) -> int:
         results_path.unlink()
     # Every problem's pairs are found first, so that none of another shard counts as unmatched.
     pairs = shard_pairs(pairing.pairs, keys, args.shard)
-    config_file = _timeouts_file(args, out_dir)
-    settings = BatchSettings(device=device, workers=args.workers, trials=args.trials,
-                             baselines=_baseline_modes(args.baselines), timing=not args.no_timing,
-                             policy=args.policy, tolerance=args.tolerance, convention=args.convention,
-                             backend=args.backend, require_sandbox=args.require_sandbox,
-                             memory_policy=args.memory_policy,
-                             fast_build=not args.no_fast_build, share_reference=not args.no_shared_reference,
-                             start_ahead=not args.no_start_ahead, config_file=config_file)
+    settings = BatchSettings(config=dataclasses.replace(config, device=device), workers=args.workers,
+                             share_reference=not args.no_shared_reference, start_ahead=not args.no_start_ahead)
     write_run_file(results_path, args.shard, list(keys.values()),
                    [(keys[pair.problem], pair.problem, pair.candidate) for pair in pairs],
                    _verdict_settings(settings, args))
@@ -260,12 +243,15 @@ def _check_same_shard(args, results_path: Path) -> None:
 
 
 def _verdict_settings(settings: BatchSettings, args) -> dict:
-    """What shards of one run must agree on (shards.VERDICT_SETTINGS), from the run's settings."""
-    return {"device": settings.device, "policy": settings.policy, "tolerance": settings.tolerance,
-            "convention": settings.convention, "backend": settings.backend, "trials": settings.trials,
-            "timing": settings.timing, "baselines": list(settings.baselines) if settings.timing else [],
-            "memory_policy": settings.memory_policy, "run_timeout_s": args.timeout,
-            "build_timeout_s": args.build_timeout}
+    """What shards of one run must agree on (shards.VERDICT_SETTINGS), from the run's settings;
+    the timeouts as given (None: the default)."""
+    config = settings.config
+    return {"device": config.device, "policy": config.policy, "tolerance": config.tolerance,
+            "convention": config.convention, "backend": config.backend, "trials": config.trials,
+            "timing": config.timing, "baselines": list(config.baselines) if config.timing else [],
+            "memory_policy": config.memory_policy,
+            "run_timeout_s": config.run_timeout_s if args.timeout is not None else None,
+            "build_timeout_s": config.build_timeout_s if args.build_timeout is not None else None}
 
 
 def _write_leaderboard(results: list[Path], out_dir: Path, console: Console, shown) -> int:

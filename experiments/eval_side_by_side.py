@@ -19,6 +19,7 @@ side found in --work. KernelBench's side needs CUDA; ours runs on `--device` (cp
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -30,6 +31,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import psutil
+from benchmark.experiments.published_styles import write_pairs
 from rich.console import Console
 from rich.table import Table
 
@@ -45,7 +47,7 @@ from experiments.kernelbench_differential import (
     our_outcome,
     run_kernelbench,
 )
-from experiments.published_styles import write_pairs
+from pytest_cudaagent.core.config import EvalConfig
 from pytest_cudaagent.records.pairing import Pair
 from pytest_cudaagent.records.results_file import read_results
 
@@ -153,10 +155,11 @@ def run_our_side(pairs: list[Pair], release: str, workers: int, work: Path, devi
     """`cudaagent bench --no-timing --policy permissive` as a user runs it (the shared PCH on,
     `--no-fast-build` of this script turns it off), every cache empty."""
     os.environ.update(fresh_cache_env(work / "ours-caches"))
-    settings = BatchSettings(device=device, workers=workers, trials=TRIALS, baselines=(), timing=False,
-                             policy="permissive", tolerance=RELEASES[release][1], convention="kernelbench",
-                             config_file=config_file.resolve() if config_file else None,
-                             fast_build=fast_build)
+    base = EvalConfig.from_dict(json.loads(config_file.read_text())) if config_file else EvalConfig()
+    settings = BatchSettings(dataclasses.replace(base, device=device, trials=TRIALS, baselines=(), timing=False,
+                                                 policy="permissive", tolerance=RELEASES[release][1],
+                                                 convention="kernelbench", fast_build=fast_build or base.fast_build),
+                             workers=workers)
     results_path = work / "ours" / "results.jsonl"
     results_path.unlink(missing_ok=True)  # a side is always measured from nothing
     results_path.parent.mkdir(parents=True, exist_ok=True)

@@ -30,6 +30,7 @@ from benchmark.kernelbench import EXAMPLES_PROBLEMS, load_flat
 from benchmark.solutions import pair_solutions
 from experiments.harness_timeline import ARRIVALS_FILE, LOCK_LOG_FILE, ArrivalWatch
 from experiments.throughput_templates import Variant, write_candidates
+from pytest_cudaagent.core.config import EvalConfig
 from pytest_cudaagent.core.result import Result
 
 # KernelBench's eval: 5 correctness trials, then 3 warm-ups and 100 timed trials.
@@ -159,7 +160,7 @@ def run_harness(pairs, work: Path, device: str, workers: int | None, console: Co
     lock_log = work / LOCK_LOG_FILE
     lock_log.unlink(missing_ok=True)
     os.environ["CUDAAGENT_LOCK_LOG"] = str(lock_log)
-    settings = BatchSettings(device=device, workers=workers, trials=CHECKS, baselines=("eager", "compile"),
+    settings = BatchSettings(EvalConfig(device=device, trials=CHECKS, baselines=("eager", "compile")), workers=workers,
                              start_ahead=start_ahead)
     results_path = work / "harness" / "results.jsonl"
     began, began_unix_ns = time.perf_counter(), time.time_ns()

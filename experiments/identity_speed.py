@@ -408,20 +408,18 @@ def cpu(args) -> int:
     written = write_identity_set(load_flat(problems_dir), candidates_dir)
     print(f"{len(written)} identity candidates of the bundled and test problems in {candidates_dir}", flush=True)
     pairs = pair_solutions(load_flat(problems_dir), candidates_dir).pairs
-    config_file = None
-    if args.reserved_cpus is not None:  # what `cudaagent bench` takes through --cudaagent-config
-        config_file = out / "config.json"
-        config_file.write_text(json.dumps(EvalConfig(timing_config=TimingConfig(reserved_cpus=args.reserved_cpus)).to_dict()))
+    # reserved_cpus has no option: set in the EvalConfig the run gets whole (--cudaagent-config).
+    timing = TimingConfig() if args.reserved_cpus is None else TimingConfig(reserved_cpus=args.reserved_cpus)
     runs = []
     for repeat in range(args.repeats):
         results = out / f"run-{repeat}" / "results.jsonl"
         results.parent.mkdir(parents=True, exist_ok=True)
-        settings = BatchSettings(device="cpu", workers=args.workers, baselines=("eager",), policy="calibration",
-                                 config_file=config_file)
+        settings = BatchSettings(EvalConfig(device="cpu", baselines=("eager",), policy="calibration", timing_config=timing),
+                                 workers=args.workers)
         # Each repeat with a fresh cache: its eager times are its own, measured beside its candidates.
         os.environ["CUDAAGENT_CACHE"] = str(out / f"cache-{repeat}")
         print(f"repeat {repeat}: {len(pairs)} pairs, cudaagent bench --device cpu --policy calibration --baselines "
-              f"eager --workers {args.workers}" + (f", reserved_cpus={args.reserved_cpus}" if config_file else ""),
+              f"eager --workers {args.workers}" + (f", reserved_cpus={args.reserved_cpus}" if args.reserved_cpus is not None else ""),
               flush=True)
         run_batch(pairs, results, settings, resume=True, console=Console(quiet=args.quiet))
         runs.append(bench_speedups(results) if results.exists() else [])

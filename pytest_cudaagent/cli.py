@@ -15,21 +15,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .core.config import (
-    BACKEND_HELP,
-    BACKEND_PRESETS,
-    BASELINE_MODES,
-    BUILD_TIMEOUT_HELP,
-    CONVENTIONS,
-    RUN_TIMEOUT_HELP,
-    TOLERANCE_PRESETS,
-    EvalConfig,
-    timeout_overrides,
-)
+from .core.config import EvalConfig
 from .core.files import BadFileError, check_candidate, check_problem
 from .core.result import Result
+from .options import add_eval_options, eval_config, namespace_values
 from .records.user_paths import command_paths
-from .rules.rules import POLICY_NAMES
 from .terminal import console as console_for_output
 from .timing.waits import start_run
 from .workers.sandbox import SandboxUnavailable
@@ -104,29 +94,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("verify", help="verify and time one candidate against its problem")
     parser.add_argument("problem", help="problem .py (Model, get_inputs, get_init_inputs)")
     parser.add_argument("candidate", help="candidate .py (ModelNew) or CUDA-Agent workspace directory")
-    parser.add_argument("--device", choices=("cuda", "cpu", "auto"), default="auto")
-    parser.add_argument("--trials", type=int, default=5, help="correctness trials with fresh inputs (default 5)")
-    parser.add_argument("--baselines", default="eager,compile",
-                        help="comma-separated: eager, compile, max-autotune; empty for none")
-    parser.add_argument("--no-timing", action="store_true", help="check correctness only")
-    parser.add_argument("--policy", choices=POLICY_NAMES, default="strict",
-                        help="strict (the paper's rules), permissive (KernelBench's) or calibration (the reference as its own candidate)")
-    parser.add_argument("--tolerance", choices=sorted(TOLERANCE_PRESETS), default="default",
-                        help="default: fp32 at 1e-2 (KernelBench v0.1, the paper); kernelbench-main: fp32 at 1e-4; strict")
-    parser.add_argument("--convention", choices=CONVENTIONS, default="kernelbench",
-                        help="kernelbench (default): both models as constructed, built after the same seed; "
-                             "cuda-agent: eval mode, strict state_dict load (README, Conventions)")
-    parser.add_argument("--backend", choices=BACKEND_PRESETS, default="pytorch-default", help=BACKEND_HELP)
-    parser.add_argument("--audit-timed-calls", action="store_true",
-                        help="run the operator audit on every timed call too (adds ~25 us per call on an H100)")
-    parser.add_argument("--count-launch", action="store_true",
-                        help="synchronise before each timed call, so the host's launch time is counted "
-                             "(default: hidden under the L2 flush when all work is on one stream)")
-    parser.add_argument("--require-sandbox", action="store_true",
-                        help="refuse to run (exit 2) unless the candidate can be fully sandboxed here "
-                             "(namespaces, Landlock, rlimits, a process limit; README, Isolation)")
-    parser.add_argument("--timeout", type=float, metavar="S", help=RUN_TIMEOUT_HELP)
-    parser.add_argument("--build-timeout", type=float, metavar="S", help=BUILD_TIMEOUT_HELP)
+    add_eval_options(parser.add_argument)  # options.py: the same for bench and the pytest plugin
     parser.add_argument("--output", help="write the Result as JSON to this file")
     parser.add_argument("--json", action="store_true", help="print the Result as JSON instead of the summary")
     parser.set_defaults(func=run_verify, path_args=("problem", "candidate", "output"))
@@ -134,16 +102,8 @@ def register(subparsers) -> None:
 
 def run_verify(args) -> int:
     paths = command_paths(args)
-    if args.trials < 1:
-        print("cudaagent verify: --trials must be at least 1", file=sys.stderr)
-        return EXIT_USAGE
-    baselines = tuple(name.strip() for name in args.baselines.split(",") if name.strip())
-    unknown = set(baselines) - set(BASELINE_MODES)
-    if unknown:
-        print(f"cudaagent verify: unknown baseline(s) {sorted(unknown)}; use {', '.join(BASELINE_MODES)}", file=sys.stderr)
-        return EXIT_USAGE
     try:
-        timeouts = timeout_overrides(args.timeout, args.build_timeout)
+        config = eval_config(namespace_values(args))
     except ValueError as error:
         print(f"cudaagent verify: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -154,13 +114,6 @@ def run_verify(args) -> int:
     except BadFileError as error:
         print(f"cudaagent verify: {paths.shown(str(error))}", file=sys.stderr)
         return EXIT_USAGE
-    config = EvalConfig(device=args.device, trials=args.trials, timing=not args.no_timing,
-                        baselines=baselines, policy=args.policy, tolerance=args.tolerance,
-                        convention=args.convention, backend=args.backend, require_sandbox=args.require_sandbox)
-    for field_name, seconds in timeouts.items():
-        setattr(config, field_name, seconds)
-    config.timing_config.audit_timed_calls = args.audit_timed_calls
-    config.timing_config.overlap_launch = not args.count_launch
     try:
         result = evaluate(args.problem, args.candidate, config)
     except (BadFileError, SandboxUnavailable) as error:

@@ -8,6 +8,7 @@ pytest-xdist each worker is pinned to one GPU before CUDA starts, and timings ta
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -16,9 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from .core.config import BACKEND_HELP, MEMORY_POLICY_HELP, EvalConfig
+from .core.config import EvalConfig
 from .core.files import BadFileError
 from .core.result import Result
+from .options import (
+    EVAL_OPTIONS,
+    NOT_SET,
+    add_eval_options,
+    eval_config,
+    is_inline_config,
+    load_config,
+)
 from .records.pairing import Pair, pair_directory
 from .records.results_file import append_result, done_keys, record_missing
 from .records.user_paths import TypedPaths
@@ -29,6 +38,8 @@ from .timing.waits import COMMAND_CHARS, RUN_COMMAND_ENV, run_id
 from .workers import zygote
 from .workers.sandbox import SandboxUnavailable, require_sandbox
 
+# The run's options; the evaluator's (--cudaagent-trials, ...) are options.EVAL_OPTIONS, as verify's and bench's.
+EVAL_PREFIX = "--cudaagent-"
 _OPTIONS = [
     # (option, ini name, default, help)
     ("--cudaagent-problem", "cudaagent_problem", None, "a problem file (KernelBench format: Model, get_inputs, get_init_inputs)"),
@@ -37,29 +48,19 @@ _OPTIONS = [
     ("--cudaagent-candidates", "cudaagent_candidates", None, "a directory of candidates paired with the problems by file name"),
     ("--cudaagent-results", "cudaagent_results", None, "append every Result to this JSONL file as it finishes"),
     ("--cudaagent-resume", "cudaagent_resume", False, "skip pairs whose Result is already in --cudaagent-results"),
-    ("--cudaagent-device", "cudaagent_device", "auto", "cuda, cpu or auto (cuda when a GPU is visible)"),
-    ("--cudaagent-trials", "cudaagent_trials", "5", "correctness trials with fresh inputs"),
-    ("--cudaagent-baselines", "cudaagent_baselines", "eager,compile", "baselines to time: eager, compile, max-autotune (comma-separated; empty for none)"),
-    ("--cudaagent-no-timing", "cudaagent_no_timing", False, "check correctness only"),
-    ("--cudaagent-policy", "cudaagent_policy", "strict", "anti-hacking policy: strict (the paper's rules) or permissive (KernelBench's)"),
-    ("--cudaagent-tolerance", "cudaagent_tolerance", "default", "tolerance preset: default (atol=rtol=1e-2 for fp32), kernelbench-main (1e-4) or strict"),
-    ("--cudaagent-convention", "cudaagent_convention", "kernelbench", "whose correctness convention: kernelbench (models as constructed, same seed) or cuda-agent (eval mode, strict state_dict load)"),
-    ("--cudaagent-config", "cudaagent_config", None, "an EvalConfig as JSON (EvalConfig.to_dict) for the settings without an option of their own: timeouts, timing budgets, reward thresholds, cache dir; the options above still decide theirs"),
-    ("--cudaagent-backend", "cudaagent_backend", "pytorch-default", BACKEND_HELP),
-    ("--cudaagent-require-sandbox", "cudaagent_require_sandbox", False, "refuse to run (exit 2) unless candidates can be fully sandboxed here"),
+    ("--cudaagent-config", "cudaagent_config", None, "an EvalConfig as JSON (EvalConfig.to_dict, or part of it): a file, or the JSON itself. The run's evaluator settings whole (cudaagent bench passes its own so); an evaluator option given as well (--cudaagent-trials, ...) decides its own"),
     ("--cudaagent-reference-batch", "cudaagent_reference_batch", "", "an id: candidates of one pytest worker with it share each problem's reference (construction seed, weights, correctness inputs: drawn once; timed inputs stay fresh). Only for candidates all written before any is evaluated (cudaagent bench gives each run its own)"),
-    ("--cudaagent-fast-build", "cudaagent_fast_build", False, "build candidates through a shared precompiled torch/extension.h, made once per compiler, torch and flags (pays over many candidates: README, Builds)"),
-    ("--cudaagent-memory-policy", "cudaagent_memory_policy", "admit", MEMORY_POLICY_HELP),
     ("--cudaagent-start-ahead", "cudaagent_start_ahead", False, "start a worker's next candidate (its sandbox and build) once its current one has built, while that one is checked and timed (README, Where an evaluation's time goes)"),
 ]
-_FLAGS = {"--cudaagent-resume", "--cudaagent-no-timing", "--cudaagent-require-sandbox", "--cudaagent-fast-build",
-          "--cudaagent-start-ahead"}
+_FLAGS = {"--cudaagent-resume", "--cudaagent-start-ahead"}
 _PATHS = ("--cudaagent-problem", "--cudaagent-candidate", "--cudaagent-problems", "--cudaagent-candidates",
           "--cudaagent-results", "--cudaagent-config")
 RESULT_PROPERTY = "cudaagent_result"
 PATHS = pytest.StashKey[tuple[dict, TypedPaths]]()
 # The xdist controller's: the results file's size when the run began, and the pairs it runs.
 RUN_START = pytest.StashKey[tuple[int, list]]()
+# The session's EvalConfig, built once from the options (config_from_pytest).
+EVAL_CONFIG = pytest.StashKey[EvalConfig]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -71,6 +72,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         else:
             group.addoption(option, default=None, help=f"{help_text} (default: {default})")
             parser.addini(ini_name, help=help_text, default=default)
+    add_eval_options(group.addoption, EVAL_PREFIX, parser.addini)
 
 
 def _setting(config: pytest.Config, option: str):
@@ -80,7 +82,7 @@ def _setting(config: pytest.Config, option: str):
     if value is None:
         ini_name = option.lstrip("-").replace("-", "_")
         value = config.getini(ini_name)
-    return value
+    return None if value is NOT_SET else value
 
 
 def _absolute_paths(config: pytest.Config) -> tuple[dict, TypedPaths]:
@@ -93,30 +95,27 @@ def _absolute_paths(config: pytest.Config) -> tuple[dict, TypedPaths]:
     for option in _PATHS:
         name = option.lstrip("-").replace("-", "_")
         given, from_ini = config.getoption(name), config.getini(name)
-        values[option] = (typed.absolute(given) if given is not None else
+        values[option] = (given if given is not None and is_inline_config(given) else
+                          typed.absolute(given) if given is not None else
+                          from_ini if from_ini and is_inline_config(from_ini) else
                           typed.absolute(from_ini, ini_dir) if from_ini else None)
     return values, typed
 
 
 def config_from_pytest(config: pytest.Config) -> EvalConfig:
-    baselines = str(_setting(config, "--cudaagent-baselines") or "")
-    config_file = _setting(config, "--cudaagent-config")
-    base = EvalConfig.from_dict(json.loads(Path(config_file).read_text())) if config_file else EvalConfig()
-    return dataclasses.replace(
-        base,
-        device=_setting(config, "--cudaagent-device"),
-        trials=int(_setting(config, "--cudaagent-trials")),
-        timing=not _setting(config, "--cudaagent-no-timing"),
-        baselines=tuple(name.strip() for name in baselines.split(",") if name.strip()),
-        policy=_setting(config, "--cudaagent-policy"),
-        tolerance=_setting(config, "--cudaagent-tolerance"),
-        convention=_setting(config, "--cudaagent-convention"),
-        backend=_setting(config, "--cudaagent-backend"),
-        memory_policy=_setting(config, "--cudaagent-memory-policy"),
-        require_sandbox=bool(_setting(config, "--cudaagent-require-sandbox")),
-        fast_build=bool(_setting(config, "--cudaagent-fast-build")) or base.fast_build,
-        reference_batch=str(_setting(config, "--cudaagent-reference-batch") or base.reference_batch),
-    )
+    """The session's EvalConfig, built on its first use and kept: --cudaagent-config's (or
+    EvalConfig's defaults) with every evaluator option given on the command line or in the ini
+    file over it (options.eval_config), and --cudaagent-reference-batch. ValueError for a bad one."""
+    if EVAL_CONFIG not in config.stash:
+        config_option = _setting(config, "--cudaagent-config")
+        base = load_config(config_option) if config_option else EvalConfig()
+        built = eval_config({option.name: _setting(config, EVAL_PREFIX + option.name) for option in EVAL_OPTIONS},
+                            base, EVAL_PREFIX)
+        reference_batch = _setting(config, "--cudaagent-reference-batch")
+        if reference_batch:
+            built = dataclasses.replace(built, reference_batch=str(reference_batch))
+        config.stash[EVAL_CONFIG] = built
+    return config.stash[EVAL_CONFIG]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -131,7 +130,7 @@ def pytest_configure(config: pytest.Config) -> None:
     pin_xdist_worker_to_gpu(os.environ.get("PYTEST_XDIST_WORKER"))
     config.stash[PATHS] = _absolute_paths(config)
     config_file = _setting(config, "--cudaagent-config")
-    if config_file and not Path(config_file).is_file():
+    if config_file and not is_inline_config(config_file) and not Path(config_file).is_file():
         raise pytest.UsageError(config.stash[PATHS][1].shown(
             f"--cudaagent-config {config_file}: no such file; write one from EvalConfig.to_dict()"))
     # A controller started by `cudaagent bench` dies with it, and xdist workers with their
@@ -190,10 +189,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     started = session.config.stash.get(RUN_START, None)
     if started is not None and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         size, pairs = started
-        record_missing(_setting(session.config, "--cudaagent-results"),
-                       [(pair.problem, pair.candidate) for pair in pairs], size,
-                       "the pytest worker evaluating it ended (see pytest's report of the crashed worker)",
-                       _setting(session.config, "--cudaagent-device"))
+        if pairs:
+            record_missing(_setting(session.config, "--cudaagent-results"),
+                           [(pair.problem, pair.candidate) for pair in pairs], size,
+                           "the pytest worker evaluating it ended (see pytest's report of the crashed worker)",
+                           config_from_pytest(session.config).device)
 
 
 def evaluate(problem, candidate, config: EvalConfig) -> Result:
@@ -331,4 +331,4 @@ def _plain(overrides: dict) -> dict:
 
 @pytest.fixture
 def cudaagent(request) -> CudaAgentFixture:
-    return CudaAgentFixture(config_from_pytest(request.config))
+    return CudaAgentFixture(copy.deepcopy(config_from_pytest(request.config)))  # a test's changes stay its own

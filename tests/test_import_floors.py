@@ -25,7 +25,7 @@ FLOORS = {"pytest_cudaagent": 0, "benchmark": 1, "policy": 2, "synthesis": 3, "e
 PARTS = {"system": 0, "core": 1, "rules": 2, "timing": 3, "builds": 4, "records": 4, "resources": 4,
          "workers": 5}
 TOP = "top"
-TOP_MODULES = {"pytest_cudaagent", "pytest_cudaagent.cli", "pytest_cudaagent.plugin",
+TOP_MODULES = {"pytest_cudaagent", "pytest_cudaagent.cli", "pytest_cudaagent.plugin", "pytest_cudaagent.options",
                "pytest_cudaagent.terminal", "pytest_cudaagent.evaluation"}
 
 

@@ -180,12 +180,9 @@ def score_batch(environment, pending: list[_Pending], batch_dir: Path, batch: in
     if not pairs:
         return episodes
 
-    config = environment.evaluator_config(device)
-    config_file = batch_dir / "eval_config.json"
-    config_file.write_text(json.dumps(config.to_dict()))
-    settings = BatchSettings(device=device, workers=workers, trials=config.trials, baselines=config.baselines,
-                             timing=config.timing, policy=config.policy, tolerance=config.tolerance,
-                             config_file=config_file, gpus=gpus)
+    # The environment's EvalConfig, whole (the batch writes it to .bench-run/eval_config.json).
+    config = dataclasses.replace(environment.evaluator_config(device), device=device)
+    settings = BatchSettings(config=config, workers=workers, gpus=gpus)
     results_path = batch_dir / "results.jsonl"
     try:
         outcome = run_batch(list(pairs.values()), results_path, settings, console=Console(quiet=True))

@@ -331,20 +331,11 @@ def resolve_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-# `--timeout` and `--build-timeout` of `cudaagent verify` and `bench` (EvalConfig.run_timeout_s,
-# build_timeout_s): one wording for both commands.
+# `--timeout` and `--build-timeout` (EvalConfig.run_timeout_s, build_timeout_s; options.py checks
+# their values): one wording for verify, bench and the plugin.
 RUN_TIMEOUT_HELP = (f"seconds one step of an evaluation may take (preparing the reference, constructing the "
                     f"candidate, each correctness trial, the timed calls) before it is `timeout` "
                     f"(default {EvalConfig.run_timeout_s:g})")
 BUILD_TIMEOUT_HELP = (f"seconds a candidate's build (its import, load_inline's compile) may take before it is "
                       f"`timeout` (default {EvalConfig.build_timeout_s:g})")
 
-
-def timeout_overrides(run_timeout_s: float | None, build_timeout_s: float | None) -> dict[str, float]:
-    """The EvalConfig fields that `--timeout` and `--build-timeout` set (only those given);
-    ValueError naming the flag for a value that is not a positive number of seconds."""
-    given = {"run_timeout_s": ("--timeout", run_timeout_s), "build_timeout_s": ("--build-timeout", build_timeout_s)}
-    for flag, value in given.values():
-        if value is not None and value <= 0:
-            raise ValueError(f"{flag} must be a positive number of seconds")
-    return {field_name: value for field_name, (_, value) in given.items() if value is not None}

@@ -1,14 +1,17 @@
 """The batch runner and `cudaagent bench`: worker counts, the pytest command, following the
 results file, and a real run under pytest-xdist that is then resumed."""
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from benchmark.batch import BatchSettings, default_workers, pytest_command
+from benchmark.batch import RUN_CONFIG, BatchSettings, default_workers, pytest_command
 from benchmark.progress import ResultsTail
+from pytest_cudaagent.core.config import EvalConfig
+from pytest_cudaagent.options import OPTION_NAMES
 from pytest_cudaagent.records.results_file import append_json_line, read_results
 from tests.helpers import CPU_CANDIDATES, TEST_PROBLEMS
 
@@ -31,23 +34,21 @@ def test_default_workers_leave_builds_room_beside_each_gpu_timing():
 
 
 def test_pytest_command_carries_the_settings(tmp_path, monkeypatch):
-    settings = BatchSettings(device="cpu", trials=3, baselines=("eager", "max-autotune"), timing=False,
-                             policy="permissive", tolerance="strict", backend="strict-fp32")
+    """The run's EvalConfig goes to pytest whole, as one file (--cudaagent-config), never flag by flag."""
+    config = EvalConfig(device="cpu", trials=3, baselines=("eager", "max-autotune"), timing=False,
+                        policy="permissive", tolerance="strict", backend="strict-fp32")
+    settings = BatchSettings(config)
     command = pytest_command(tmp_path / "pairs.json", tmp_path / "r.jsonl", tmp_path, settings, "cpu", 4)
     text = " ".join(command)
-    for part in ("-n 4", "--cudaagent-trials 3", "--cudaagent-baselines eager,max-autotune",
-                 "--cudaagent-policy permissive", "--cudaagent-tolerance strict", "--cudaagent-no-timing", "--cudaagent-backend strict-fp32",
-                 "-p benchmark.pairs_plugin", f"--bench-pairs {tmp_path / 'pairs.json'}"):
+    for part in ("-n 4", f"--cudaagent-config {tmp_path / RUN_CONFIG}", "-p benchmark.pairs_plugin",
+                 f"--bench-pairs {tmp_path / 'pairs.json'}", "--cudaagent-start-ahead"):  # start ahead: the default
         assert part in text
-    assert "--cudaagent-config" not in text and "--cudaagent-fast-build" not in text
-    fast = BatchSettings(device="cpu", fast_build=True)
-    assert "--cudaagent-fast-build" in pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, fast, "cpu", 1)
-    assert "--cudaagent-start-ahead" in text  # BatchSettings' default
-    not_ahead = BatchSettings(device="cpu", start_ahead=False)
+    evaluator_flags = {f"--cudaagent-{name}" for name in OPTION_NAMES} | {"--cudaagent-reference-batch"}
+    assert not evaluator_flags & set(command)
+    written = EvalConfig.from_dict(json.loads((tmp_path / RUN_CONFIG).read_text()))
+    assert dataclasses.replace(written, reference_batch="") == config
+    not_ahead = BatchSettings(config, start_ahead=False)
     assert "--cudaagent-start-ahead" not in pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, not_ahead, "cpu", 1)
-    with_file = BatchSettings(device="cpu", config_file=tmp_path / "eval_config.json")
-    text = " ".join(pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, with_file, "cpu", 1))
-    assert f"--cudaagent-config {tmp_path / 'eval_config.json'}" in text
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     disabled = " ".join(pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, settings, "cpu", 1))
     assert "-p pytest_cudaagent.plugin" in disabled and "-p xdist.plugin" in disabled
@@ -57,13 +58,13 @@ def test_each_run_shares_references_under_an_id_of_its_own(tmp_path):
     """Every candidate file of a run exists before it starts, so a run is a batch
     (EvalConfig.reference_batch); a fresh id per run, none with share_reference off."""
 
-    def batch_ids(settings: BatchSettings) -> list[str]:
-        command = pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, settings, "cpu", 1)
-        return [command[i + 1] for i, part in enumerate(command) if part == "--cudaagent-reference-batch"]
+    def batch_id(settings: BatchSettings) -> str:
+        pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, settings, "cpu", 1)
+        return json.loads((tmp_path / RUN_CONFIG).read_text())["reference_batch"]
 
-    first, second = batch_ids(BatchSettings(device="cpu")), batch_ids(BatchSettings(device="cpu"))
-    assert len(first) == 1 and len(first[0]) == 32 and first != second
-    assert batch_ids(BatchSettings(device="cpu", share_reference=False)) == []
+    first, second = batch_id(BatchSettings()), batch_id(BatchSettings())
+    assert len(first) == 32 and first != second
+    assert batch_id(BatchSettings(share_reference=False)) == ""
 
 
 def test_results_tail_waits_for_complete_lines_and_half_lines_are_closed(tmp_path):
@@ -146,7 +147,7 @@ def test_resume_names_a_cut_line_and_redoes_its_pair(tmp_path, monkeypatch):
     monkeypatch.setattr(batch, "write_manifest", plan_and_stop)
     console = Console(record=True, width=300)
     with pytest.raises(StopIteration):
-        batch.run_batch(pairs, path, BatchSettings(device="cpu"), resume=True, console=console)
+        batch.run_batch(pairs, path, BatchSettings(EvalConfig(device="cpu")), resume=True, console=console)
     assert "skipped 1 unreadable line(s) (line 2)" in console.export_text()
     assert planned == [pairs[1]]
 
@@ -178,7 +179,7 @@ def test_bench_turns_on_what_pays_over_a_batch_unless_told_not_to(tmp_path, monk
     seen = []
 
     def batch(pairs, results_path, settings, **_):
-        seen.append(getattr(settings, setting))
+        seen.append(getattr(settings.config if setting == "fast_build" else settings, setting))
         raise BatchError("only the settings are looked at")
 
     monkeypatch.setattr(commands, "run_batch", batch)
@@ -242,7 +243,7 @@ def test_torch_that_sees_no_gpu_stops_the_run_while_it_starts(tmp_path, monkeypa
     from pytest_cudaagent.records.pairing import Pair
 
     with pytest.raises(batch.BatchError, match="torch sees no CUDA GPU .*install a CUDA build of torch, or use --device cpu"):
-        batch.run_batch([Pair(problem, candidate)], tmp_path / "out" / "results.jsonl", BatchSettings(device="cuda"))
+        batch.run_batch([Pair(problem, candidate)], tmp_path / "out" / "results.jsonl", BatchSettings(EvalConfig(device="cuda")))
     assert started and started[0].poll() is not None  # the pytest run it had started was ended
 
 
@@ -269,9 +270,8 @@ def test_the_processes_that_only_dispatch_never_import_torch():
 
 def test_the_memory_policy_reaches_pytest(tmp_path):
     for policy in ("admit", "retry"):
-        command = pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, BatchSettings(device="cpu", memory_policy=policy),
-                                 "cpu", 1)
-        assert f"--cudaagent-memory-policy {policy}" in " ".join(command)
+        pytest_command(tmp_path / "p", tmp_path / "r", tmp_path, BatchSettings(EvalConfig(memory_policy=policy)), "cpu", 1)
+        assert json.loads((tmp_path / RUN_CONFIG).read_text())["memory_policy"] == policy
 
 
 def test_resume_redoes_a_harness_error_and_nothing_else(tmp_path, monkeypatch):
@@ -294,7 +294,7 @@ def test_resume_redoes_a_harness_error_and_nothing_else(tmp_path, monkeypatch):
 
     monkeypatch.setattr(batch, "write_manifest", plan_and_stop)
     with pytest.raises(StopIteration):
-        batch.run_batch(pairs, path, BatchSettings(device="cpu"), resume=True, console=Console(quiet=True))
+        batch.run_batch(pairs, path, BatchSettings(EvalConfig(device="cpu")), resume=True, console=Console(quiet=True))
     assert planned == [pairs[1]]
 
 
@@ -315,7 +315,7 @@ def test_a_pair_whose_pytest_worker_died_gets_a_harness_error_row(tmp_path, monk
     command = batch.pytest_command
     monkeypatch.setattr(batch, "pytest_command",
                         lambda *args: [*command(*args), "-p", "tests.benchmark.dying_worker"])
-    settings = BatchSettings(device="cpu", workers=2, timing=False, trials=1, policy="permissive")
+    settings = BatchSettings(EvalConfig(device="cpu", timing=False, trials=1, policy="permissive"), workers=2)
     outcome = batch.run_batch([Pair(problem, candidate, sample) for sample, candidate in enumerate(candidates)],
                               tmp_path / "out" / "results.jsonl", settings, console=Console(quiet=True))
     assert outcome.pytest_exit == 1 and outcome.missing == 0

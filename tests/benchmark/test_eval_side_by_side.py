@@ -140,7 +140,7 @@ def test_a_side_cut_at_the_deadline_keeps_what_ended(tmp_path, monkeypatch):
 
 
 def test_our_side_takes_an_evaluation_config_for_what_has_no_option(tmp_path, monkeypatch):
-    """--our-config: e.g. {"fast_build": true}, passed to the batch as --cudaagent-config."""
+    """--our-config: e.g. {"fast_build": true}, the base of the EvalConfig the batch gets whole."""
     import argparse
     import types
 
@@ -159,8 +159,11 @@ def test_our_side_takes_an_evaluation_config_for_what_has_no_option(tmp_path, mo
                               our_config=Path("fast.json"))
     side = side_by_side.run_side("ours", [], args, console=None)
     assert side["finished"] and side["rows"] == []
-    assert seen["settings"].config_file == tmp_path / "fast.json"
-    assert seen["settings"].fast_build is True  # as `cudaagent bench` runs; --no-fast-build turns it off
+    assert seen["settings"].config.fast_build is True  # as `cudaagent bench` runs; --no-fast-build turns it off
+    assert (seen["settings"].config.trials, seen["settings"].config.policy) == (side_by_side.TRIALS, "permissive")
     side_by_side.run_side("ours", [], argparse.Namespace(**{**vars(args), "no_fast_build": True}), console=None)
-    assert seen["settings"].fast_build is False
+    assert seen["settings"].config.fast_build is True  # the file's {"fast_build": true} still asks for it
+    (tmp_path / "fast.json").write_text('{"run_timeout_s": 9.0}')
+    side_by_side.run_side("ours", [], argparse.Namespace(**{**vars(args), "no_fast_build": True}), console=None)
+    assert seen["settings"].config.fast_build is False and seen["settings"].config.run_timeout_s == 9.0
     assert side_by_side.build_parser().parse_args(["--work", "w", "--our-config", "c.json"]).our_config == Path("c.json")

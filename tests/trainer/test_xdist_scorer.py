@@ -54,6 +54,31 @@ def episode_log(work_dir: Path) -> list[dict]:
 # -- config ------------------------------------------------------------------------------------
 
 
+def test_the_run_gets_the_environments_eval_config_whole(tmp_path, monkeypatch):
+    """Every setting of the environment's EvalConfig reaches the batch: the convention, backend
+    and memory policy too, which a flag-by-flag hand-over once left at their defaults."""
+    import dataclasses
+
+    from benchmark import batch
+
+    seen = {}
+
+    def capture(pairs, results_path, settings, **_):
+        seen["settings"] = settings
+        raise batch.BatchError("only the settings are looked at")
+
+    monkeypatch.setattr(batch, "run_batch", capture)
+    environment = environment_for([candidate_file(tmp_path, "good", QUICK_CANDIDATE)], backend="strict-fp32",
+                                  memory_policy="retry", run_timeout_s=9.0)
+    environment = dataclasses.replace(environment, convention="cuda-agent")
+    scorer = XdistScorer(environment, ["cpu"], tmp_path / "scoring")
+    assert score_all(scorer, environment) == [-1.0]
+    config = seen["settings"].config
+    assert config == environment.evaluator_config("cpu")
+    assert (config.convention, config.backend, config.memory_policy, config.run_timeout_s) == \
+        ("cuda-agent", "strict-fp32", "retry", 9.0)
+
+
 def test_unknown_scorer_names_the_allowed_ones():
     with pytest.raises(ValueError, match="unknown scorer 'xdsit'; use one of inline, pool, xdist"):
         from_dict(TrainConfig, {"stages": [{"name": "rft", "environment": {"scorer": "xdsit"}}]}, "x.yaml")
