@@ -212,8 +212,8 @@ def test_a_cut_short_run_resumes_from_its_progress_file(tmp_path):
 
 
 def readme_difference_rows() -> list[str]:
-    """The first cells of the README's table "Where we differ from KernelBench, and why"."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    """The first cells of the table "Where we differ from KernelBench, and why" (docs/conventions.md)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "conventions.md").read_text()
     section = text.split("## Where we differ from KernelBench, and why", 1)[1].split("\n## ", 1)[0]
     rows = [line.split(" | ")[0].removeprefix("| ") for line in section.splitlines()
             if line.startswith("| ") and " | " in line]
