@@ -83,10 +83,14 @@ class RequestServer:
     def __init__(self, conn):
         self.conn = conn
 
+    @classmethod
+    def requests(cls) -> list[str]:
+        """The names of the requests this side answers."""
+        return [name.removeprefix(cls.HANDLER_PREFIX) for name in dir(cls) if name.startswith(cls.HANDLER_PREFIX)]
+
     def handlers(self) -> dict:
         """Each request's name, with the bound method that answers it."""
-        prefix = self.HANDLER_PREFIX
-        return {name.removeprefix(prefix): getattr(self, name) for name in dir(type(self)) if name.startswith(prefix)}
+        return {request: getattr(self, self.HANDLER_PREFIX + request) for request in self.requests()}
 
     def serve(self) -> None:
         serve_requests(self.conn, self.handlers())
