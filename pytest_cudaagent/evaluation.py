@@ -343,44 +343,65 @@ class Evaluation:
             self._prepared = None  # a reference that failed serves no one else
             raise
         finally:
-            # Kept only after a verdict: not on the way out of an interrupt or a crash of ours.
-            keep_reference = ended and self._keepable(reference_worker)
-            for side, worker in self._workers.items():
-                worker.also_watch = []  # a kept reference watches only for the evaluation it serves
-                result.profile.update({f"{side}.{label}": seconds for label, seconds in worker.seconds.items()})
-                # CPU seconds of each side's process tree (the candidate's build included) and of
-                # this process: where an evaluation's compute goes, beside where its time goes.
-                cpu = worker.cpu_seconds()
-                if side == "reference" and cpu is not None:
-                    cpu -= self._reference_cpu_before  # a shared worker's earlier evaluations are theirs
-                if cpu is not None:
-                    result.profile[f"cpu.{side}"] = cpu
-                # How each worker started: forked from the zygote, or spawned (and why, if the
-                # zygote could not fork it).
-                result.env.setdefault("workers", {})[side] = (
-                    f"{worker.start_method}: {worker.start_error}" if worker.start_error else worker.start_method)
-            result.profile["cpu.parent"] = time.process_time() - cpu_started
-            with self._profiled("parent.close"):
-                if candidate_worker is not None:
-                    result.log = candidate_worker.log_tail()
-                workers = [worker for worker in (candidate_worker, reference_worker)
-                           if worker is not None and not (worker is reference_worker and keep_reference)]
-                for worker in workers:
-                    worker.ask_to_exit()
-                for worker in workers:
-                    worker.close()
-                if self.sandbox is not None:
-                    self.sandbox.close()
-                if keep_reference:
-                    self._keep_reference(reference_worker)
-            result.env.setdefault("sandbox", {"enabled": self.config.sandbox, "errors": ["the worker ended before entering it"]})
-            with self._profiled("parent.tampering"):
-                self._check_tampering()
-            result.profile = {label: round(seconds, 4) for label, seconds in result.profile.items()}
+            self._clean_up(candidate_worker, reference_worker, ended, cpu_started)
         result.passed = result.status == "passed"
         self._speedups()
         result.reward = milestone_reward(result, self.config.reward)
         return result
+
+    def _clean_up(self, candidate_worker: Worker | None, reference_worker: Worker | None, ended: bool,
+                  cpu_started: float) -> None:
+        """`run`'s way out, however it ends: the workers' accounts into the Result, the workers and
+        the sandbox closed (the reference kept for the batch's next candidate where it can serve
+        it), the protected files checked, the profile rounded. `ended`: a verdict was reached."""
+        result = self.result
+        # Kept only after a verdict: not on the way out of an interrupt or a crash of ours.
+        keep_reference = ended and self._keepable(reference_worker)
+        self._note_workers()
+        result.profile["cpu.parent"] = time.process_time() - cpu_started
+        with self._profiled("parent.close"):
+            self._close_workers_and_sandbox(candidate_worker, reference_worker, keep_reference)
+        # No sandbox report (_note_sandbox): the candidate's worker ended before it entered one.
+        result.env.setdefault("sandbox", {"enabled": self.config.sandbox, "errors": ["the worker ended before entering it"]})
+        with self._profiled("parent.tampering"):
+            self._check_tampering()
+        result.profile = {label: round(seconds, 4) for label, seconds in result.profile.items()}
+
+    def _note_workers(self) -> None:
+        """Each side's request times, CPU seconds and start method into the Result; and a kept
+        reference stops watching this evaluation's processes."""
+        result = self.result
+        for side, worker in self._workers.items():
+            worker.also_watch = []  # a kept reference watches only for the evaluation it serves
+            result.profile.update({f"{side}.{label}": seconds for label, seconds in worker.seconds.items()})
+            # CPU seconds of each side's process tree (the candidate's build included) and of
+            # this process: where an evaluation's compute goes, beside where its time goes.
+            cpu = worker.cpu_seconds()
+            if side == "reference" and cpu is not None:
+                cpu -= self._reference_cpu_before  # a shared worker's earlier evaluations are theirs
+            if cpu is not None:
+                result.profile[f"cpu.{side}"] = cpu
+            # How each worker started: forked from the zygote, or spawned (and why, if the
+            # zygote could not fork it).
+            result.env.setdefault("workers", {})[side] = (
+                f"{worker.start_method}: {worker.start_error}" if worker.start_error else worker.start_method)
+
+    def _close_workers_and_sandbox(self, candidate_worker: Worker | None, reference_worker: Worker | None,
+                                   keep_reference: bool) -> None:
+        """The candidate's log tail into the Result, then both workers asked to exit and closed
+        (the reference kept instead where `keep_reference`), and the sandbox closed."""
+        if candidate_worker is not None:
+            self.result.log = candidate_worker.log_tail()
+        workers = [worker for worker in (candidate_worker, reference_worker)
+                   if worker is not None and not (worker is reference_worker and keep_reference)]
+        for worker in workers:
+            worker.ask_to_exit()
+        for worker in workers:
+            worker.close()
+        if self.sandbox is not None:
+            self.sandbox.close()
+        if keep_reference:
+            self._keep_reference(reference_worker)
 
     def _phase(self, name: str, action, worker: Worker | None = None, problem_side: bool = False,
                record: bool = True):

@@ -25,22 +25,19 @@ from .core import (
     token_rewards,
     vocab_logprobs,
 )
-from .metrics import reward_summary
-from .rollout import Minibatched, Rollout, RolloutBatch, micro_batches, pad_rollouts, resolve_scores
+from .rollout import Rollout, RolloutBatch, micro_batches, pad_rollouts, resolve_scores
 from .runtime import sum_over_processes
+from .stage_trainer import StageSettings, StageTrainer
 
 # A slice of the shifted (length T-1) columns; None: all of them.
 Columns = slice | None
 
 
 @dataclass
-class PPOConfig(Minibatched):
+class PPOConfig(StageSettings):
     steps: int = 20
     # Episodes collected per step on each process.
     tasks_per_step: int = 16
-    # Episodes per optimizer step, and per forward/backward pass (the rest is accumulation).
-    minibatch_size: int = 8
-    micro_batch_size: int = 4
     # Episodes per no-grad forward pass (old log-probs, reference log-probs, values); None: the
     # micro-batch size. These passes keep no activations for a backward pass, so several times
     # micro_batch_size usually fits, and fewer, larger passes keep a GPU busier.
@@ -48,7 +45,6 @@ class PPOConfig(Minibatched):
     ppo_epochs: int = 2
     actor_lr: float = 1e-6
     critic_lr: float = 5e-6
-    weight_decay: float = 0.0
     # The paper's rewards are sparse and at the end of long episodes: no discount, and a lambda
     # just under 1 to trade a little bias for variance.
     gamma: float = 1.0
@@ -64,18 +60,19 @@ class PPOConfig(Minibatched):
     # ... and/or as a loss term (k3 estimator, GRPO/verl style); 0 disables.
     kl_loss_coef: float = 0.0
     whiten_advantages: bool = True
-    max_grad_norm: float = 1.0
-    # A reward at or above this counts as a pass (milestone reward 1 = correct).
-    pass_threshold: float = 1.0
 
     def __post_init__(self):
         if self.tasks_per_step % self.minibatch_size:
             raise ValueError(f"tasks_per_step ({self.tasks_per_step}) must be a multiple of "
                              f"minibatch_size ({self.minibatch_size})")
-        self.check_minibatches()
+        super().__post_init__()
         if self.inference_batch_size is not None and self.inference_batch_size < 1:
             raise ValueError(f"inference_batch_size ({self.inference_batch_size}) must be at least 1, "
                              "or left out to use micro_batch_size")
+
+    @property
+    def iterations(self) -> int:
+        return self.steps
 
     @property
     def uses_reference(self) -> bool:
@@ -116,12 +113,10 @@ def in_chunks(forward, batch: RolloutBatch, chunk_size: int) -> torch.Tensor:
                       for start in range(0, len(batch), chunk_size)])
 
 
-class PPOTrainer:
+class PPOTrainer(StageTrainer):
     def __init__(self, config: PPOConfig, runtime, actor, critic, reference=None):
-        self.config = config
-        self.runtime = runtime
-        accelerator = runtime.accelerator
-        self.accelerator = accelerator
+        super().__init__(config, runtime)
+        accelerator = self.accelerator
         actor_optimizer = torch.optim.AdamW(actor.parameters(), lr=config.actor_lr, weight_decay=config.weight_decay)
         critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=config.critic_lr, weight_decay=config.weight_decay)
         self.actor, self.actor_optimizer, self.critic, self.critic_optimizer = accelerator.prepare(
@@ -233,33 +228,23 @@ class PPOTrainer:
         )
         return stats
 
-    def train(self, first_step: int, save) -> dict:
-        """Steps `first_step`..config.steps-1; `save(step)` writes a resumable checkpoint."""
-        from .progress import StageProgress
-
+    def iteration(self, step: int) -> tuple[dict, torch.Tensor]:
+        """One PPO step: collect episodes, then `step` on them."""
         runtime, config = self.runtime, self.config
-        summary = {}
-        with StageProgress(runtime.stage_name, config.steps, first_step, runtime.progress) as progress:
-            for step in range(first_step, config.steps):
-                rollout_start = time.perf_counter()
-                rollouts = runtime.collect(self.actor, step, config.tasks_per_step)
-                rollout_seconds = time.perf_counter() - rollout_start
-                update_start = time.perf_counter()
-                metrics, scores = self.step(rollouts)
-                update_seconds = time.perf_counter() - update_start
-                all_scores = runtime.gather_scores(scores)
-                metrics.update(reward_summary(all_scores, config.pass_threshold))
-                metrics.update(
-                    rollout_seconds=rollout_seconds,
-                    update_seconds=update_seconds,
-                    generated_tokens_per_second=metrics["generated_tokens"] / max(rollout_seconds, 1e-9),
-                    # Over all processes: every process trains on as many episodes as this one.
-                    trained_tokens_per_second=metrics["sequence_length"] * len(rollouts) * self.accelerator.num_processes
-                    * config.ppo_epochs / max(update_seconds, 1e-9),
-                )
-                runtime.logger.log(step, metrics, {"reward": all_scores})
-                progress.advance(metrics)
-                summary = metrics
-                if (step + 1) % runtime.save_every == 0 and step + 1 < config.steps:
-                    save(step + 1)
-        return summary
+        rollout_start = time.perf_counter()
+        rollouts = runtime.collect(self.actor, step, config.tasks_per_step)
+        rollout_seconds = time.perf_counter() - rollout_start
+        update_start = time.perf_counter()
+        metrics, scores = self.step(rollouts)
+        update_seconds = time.perf_counter() - update_start
+        rewards, all_scores = self.reward_metrics(scores)
+        metrics.update(rewards)
+        metrics.update(
+            rollout_seconds=rollout_seconds,
+            update_seconds=update_seconds,
+            generated_tokens_per_second=metrics["generated_tokens"] / max(rollout_seconds, 1e-9),
+            # Over all processes: every process trains on as many episodes as this one.
+            trained_tokens_per_second=metrics["sequence_length"] * len(rollouts) * self.accelerator.num_processes
+            * config.ppo_epochs / max(update_seconds, 1e-9),
+        )
+        return metrics, all_scores

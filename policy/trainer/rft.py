@@ -13,14 +13,14 @@ from dataclasses import dataclass
 import torch
 
 from .core import masked_sum
-from .metrics import reward_summary
 from .ppo import policy_logprobs
-from .rollout import Minibatched, Rollout, micro_batches, pad_rollouts, resolve_scores
+from .rollout import Rollout, pad_rollouts, resolve_scores
 from .runtime import mean_over_processes, share_evenly
+from .stage_trainer import StageSettings, StageTrainer
 
 
 @dataclass
-class RFTConfig(Minibatched):
+class RFTConfig(StageSettings):
     rounds: int = 1
     # Episodes sampled per round on each process.
     tasks_per_round: int = 64
@@ -33,14 +33,10 @@ class RFTConfig(Minibatched):
     drop_truncated: bool = False
     epochs: int = 2
     lr: float = 1e-5
-    weight_decay: float = 0.0
-    minibatch_size: int = 8
-    micro_batch_size: int = 4
-    max_grad_norm: float = 1.0
-    pass_threshold: float = 1.0
 
-    def __post_init__(self):
-        self.check_minibatches()
+    @property
+    def iterations(self) -> int:
+        return self.rounds
 
 
 def rejection_reason(rollout: Rollout, config: RFTConfig) -> str | None:
@@ -57,68 +53,47 @@ def rejection_reason(rollout: Rollout, config: RFTConfig) -> str | None:
     return None
 
 
-class RFTTrainer:
+class RFTTrainer(StageTrainer):
     def __init__(self, config: RFTConfig, runtime, actor):
-        self.config = config
-        self.runtime = runtime
-        self.accelerator = runtime.accelerator
+        super().__init__(config, runtime)
         optimizer = torch.optim.AdamW(actor.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         self.actor, self.optimizer = self.accelerator.prepare(actor, optimizer)
 
     def fine_tune(self, kept: list[Rollout]) -> float:
         """Epochs of masked next-token cross-entropy on the kept episodes; the mean loss."""
-        config, accelerator = self.config, self.accelerator
-        batch = pad_rollouts(kept, self.runtime.tokenizer.pad_token_id).to(accelerator.device)
-        losses = []
-        for _epoch in range(config.epochs):
-            for rows, token_count in micro_batches(batch.action_mask, config.minibatch_size, config.micro_batch_size):
-                micro_batch = batch.select(rows)
-                with accelerator.accumulate(self.actor):
-                    # Temperature 1: imitate the tokens themselves, not the sampler's sharpening.
-                    logprobs, _ = policy_logprobs(self.actor, micro_batch, temperature=1.0)
-                    loss = -masked_sum(logprobs, micro_batch.action_mask) / token_count
-                    accelerator.backward(loss)
-                    if accelerator.sync_gradients:
-                        accelerator.clip_grad_norm_(self.actor.parameters(), config.max_grad_norm)
-                    self.optimizer.step()
-                    self.optimizer.zero_grad()
-                losses.append(loss.item())
-        return sum(losses) / max(len(losses), 1)
+        batch = pad_rollouts(kept, self.runtime.tokenizer.pad_token_id).to(self.accelerator.device)
 
-    def train(self, first_round: int, save) -> dict:
-        from .progress import StageProgress
+        def loss_of(micro_batch, rows, token_count):
+            # Temperature 1: imitate the tokens themselves, not the sampler's sharpening.
+            logprobs, _ = policy_logprobs(self.actor, micro_batch, temperature=1.0)
+            return -masked_sum(logprobs, micro_batch.action_mask) / token_count
 
+        return self.minibatch_epochs(batch, self.config.epochs, self.actor, self.optimizer, loss_of)
+
+    def iteration(self, round_index: int) -> tuple[dict, torch.Tensor]:
+        """One round: sample episodes, keep the fit ones, fine-tune on them."""
         runtime, config = self.runtime, self.config
-        summary = {}
-        with StageProgress(runtime.stage_name, config.rounds, first_round, runtime.progress) as progress:
-            for round_index in range(first_round, config.rounds):
-                collect_start = time.perf_counter()
-                rollouts = runtime.collect(self.actor, round_index, config.tasks_per_round)
-                scores = resolve_scores(rollouts)
-                collect_seconds = time.perf_counter() - collect_start
-                reasons = Counter(rejection_reason(r, config) for r in rollouts)
-                # Scored already (resolve_scores above): the future, which does not pickle, goes.
-                kept = [dataclasses.replace(r, reward_future=None) for r in rollouts
-                        if rejection_reason(r, config) is None]
-                # Every process must run the same number of optimizer steps: the kept episodes
-                # of all processes are dealt out evenly (on one process, nothing changes).
-                kept, kept_everywhere = share_evenly(runtime.accelerator, kept)
-                fine_tune_start = time.perf_counter()
-                sft_loss = (mean_over_processes(runtime.accelerator, self.fine_tune(kept)) if kept
-                            else float("nan"))
-                all_scores = runtime.gather_scores(scores)  # every process's episodes, as PPO logs
-                metrics = reward_summary(all_scores, config.pass_threshold)
-                metrics.update(
-                    kept=kept_everywhere,
-                    trained_on=len(kept) * runtime.accelerator.num_processes,
-                    sft_loss=sft_loss,
-                    collect_seconds=collect_seconds,
-                    fine_tune_seconds=time.perf_counter() - fine_tune_start,
-                    **{f"dropped_{reason}": count for reason, count in reasons.items() if reason},
-                )
-                runtime.logger.log(round_index, metrics, {"reward": all_scores})
-                progress.advance(metrics)
-                summary = metrics
-                if (round_index + 1) % runtime.save_every == 0 and round_index + 1 < config.rounds:
-                    save(round_index + 1)
-        return summary
+        collect_start = time.perf_counter()
+        rollouts = runtime.collect(self.actor, round_index, config.tasks_per_round)
+        scores = resolve_scores(rollouts)
+        collect_seconds = time.perf_counter() - collect_start
+        reasons = Counter(rejection_reason(r, config) for r in rollouts)
+        # Scored already (resolve_scores above): the future, which does not pickle, goes.
+        kept = [dataclasses.replace(r, reward_future=None) for r in rollouts
+                if rejection_reason(r, config) is None]
+        # Every process must run the same number of optimizer steps: the kept episodes
+        # of all processes are dealt out evenly (on one process, nothing changes).
+        kept, kept_everywhere = share_evenly(runtime.accelerator, kept)
+        fine_tune_start = time.perf_counter()
+        sft_loss = (mean_over_processes(runtime.accelerator, self.fine_tune(kept)) if kept
+                    else float("nan"))
+        metrics, all_scores = self.reward_metrics(scores)  # every process's episodes, as PPO logs
+        metrics.update(
+            kept=kept_everywhere,
+            trained_on=len(kept) * runtime.accelerator.num_processes,
+            sft_loss=sft_loss,
+            collect_seconds=collect_seconds,
+            fine_tune_seconds=time.perf_counter() - fine_tune_start,
+            **{f"dropped_{reason}": count for reason, count in reasons.items() if reason},
+        )
+        return metrics, all_scores

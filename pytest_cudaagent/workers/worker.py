@@ -73,6 +73,29 @@ def serve_requests(conn, handlers: dict) -> None:
                 return
 
 
+class RequestServer:
+    """A worker's side of the protocol (channel.py): each request ("name", *args) is answered by
+    the method `handle_<name>`, its reply {"kind": name, **what the method returns}
+    (serve_requests, which also answers an error as an "error" reply of that phase)."""
+
+    HANDLER_PREFIX = "handle_"
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    @classmethod
+    def requests(cls) -> list[str]:
+        """The names of the requests this side answers."""
+        return [name.removeprefix(cls.HANDLER_PREFIX) for name in dir(cls) if name.startswith(cls.HANDLER_PREFIX)]
+
+    def handlers(self) -> dict:
+        """Each request's name, with the bound method that answers it."""
+        return {request: getattr(self, self.HANDLER_PREFIX + request) for request in self.requests()}
+
+    def serve(self) -> None:
+        serve_requests(self.conn, self.handlers())
+
+
 def _to_device(values, device: str):
     """Each input on `device`, tensors nested in lists, tuples and dicts included."""
     from ..core.tensor_trees import map_tensors
@@ -238,153 +261,185 @@ def timed_calls(timer, call_on, buffers: list, timed_inputs: list, seeds: list[i
 
 def reference_main(conn, spec: dict) -> None:
     setup_worker(spec)
-    import torch
+    server = ReferenceServer(conn, spec)
+    if server.import_problem():
+        server.serve()
 
-    from ..core.compare import compare_outputs
-    from ..core.config import EvalConfig
-    from ..core.conventions import get_convention, training_mode_hint
-    from ..core.files import import_file
-    from ..timing.backend_settings import (
-        BackendSettings,
-        applied,
-        apply,
-        capture,
-        diff,
-        reference_settings,
-    )
-    from ..timing.host_quiet import fit_timed_threads
-    from ..timing.locks import device_lock, device_work
-    from ..timing.timer import Clock, OutputCopies, Timer, input_buffers, staged_on_device
 
-    config = EvalConfig.from_dict(spec["config"])
-    convention = get_convention(config.convention)
-    device = spec["device"]
-    configured = configured_settings(config)
-    # The reference is the truth: its expected outputs at full fp32, no TF32 shortcuts, whatever
-    # the run's settings; only the baselines are timed under those (or the candidate's).
-    truth = reference_settings(configured)
-    apply(truth)
-    # What the run's settings allow beyond full fp32 (the candidate runs under them): what a
-    # failed trial's reference is also recomputed under (repeats_itself).
-    lowered_by_run = diff(truth, configured)
-    try:
-        problem = import_file(spec["problem"], "cudaagent_reference_problem")
-    except BaseException as error:
-        _reply_error(conn, "import", error)
-        return
-    state: dict = {}
+class ReferenceServer(RequestServer):
+    """The reference's worker: imports the problem, then answers sizes, prepare, fresh_sets,
+    repeats_itself, baseline and calibrate (one `handle_<request>` each). No candidate code runs
+    in this process."""
 
-    def run_reference(inputs: list, seed: int, model=None) -> list:
+    def __init__(self, conn, spec: dict):
+        super().__init__(conn)
+        from ..core.config import EvalConfig
+        from ..core.conventions import get_convention
+        from ..timing.backend_settings import apply, diff, reference_settings
+
+        self.spec = spec
+        self.config = config = EvalConfig.from_dict(spec["config"])
+        self.convention = get_convention(config.convention)
+        self.device = spec["device"]
+        self.configured = configured = configured_settings(config)
+        # The reference is the truth: its expected outputs at full fp32, no TF32 shortcuts, whatever
+        # the run's settings; only the baselines are timed under those (or the candidate's).
+        truth = reference_settings(configured)
+        apply(truth)
+        # What the run's settings allow beyond full fp32 (the candidate runs under them): what a
+        # failed trial's reference is also recomputed under (repeats_itself).
+        self.lowered_by_run = diff(truth, configured)
+        self.problem = None
+        self.model = None  # the reference's model, built by prepare
+        self.sets: list[dict] = []  # prepare's sets: the trial sets first, then the warm-up sets
+        self.construction: tuple = ()  # (seed, init inputs) the model was built from (replayed)
+        self.forward_ms = math.inf  # the fastest reference call while drawing sets
+        # Why the reference keeps state across calls (None: it does not, as far as seen).
+        self.stateful: str | None = None
+        self.inputs_on_device = True  # get_inputs can make its tensors on the GPU (draw_inputs)
+
+    def import_problem(self) -> bool:
+        """The problem's module; on failure an "import" error reply, and False."""
+        from ..core.files import import_file
+
+        try:
+            self.problem = import_file(self.spec["problem"], "cudaagent_reference_problem")
+        except BaseException as error:
+            _reply_error(self.conn, "import", error)
+            return False
+        return True
+
+    def run_reference(self, inputs: list, seed: int, model=None) -> list:
         """The reference's call, right after seeding: a candidate that draws the same random
         numbers (dropout masks) in the same order gets the same answer."""
+        import torch
+
+        from ..core.conventions import training_mode_hint
+
         _seed_all(seed)
         try:
             with torch.no_grad():
-                outputs = (state["model"] if model is None else model)(*_to_device(inputs, device))
+                outputs = (self.model if model is None else model)(*_to_device(inputs, self.device))
         except Exception as error:
-            if convention.eval_mode:
+            if self.convention.eval_mode:
                 raise
             raise RuntimeError(training_mode_hint(error)) from error
         return outputs if isinstance(outputs, (tuple, list)) else [outputs]
 
-    def draw_sets(count: int, trials: int = 0) -> list[dict]:
-        with device_work(device):  # never beside another worker's timing
-            sets = _draw_sets(count, trials)
-            if device.startswith("cuda"):
+    def draw_sets(self, count: int, trials: int = 0) -> list[dict]:
+        import torch
+
+        from ..timing.locks import device_work
+
+        with device_work(self.device):  # never beside another worker's timing
+            sets = self._draw_sets(count, trials)
+            if self.device.startswith("cuda"):
                 # Sent to the host: their blocks are given back, not kept in this process's cache
                 # while other evaluations need the device's memory (memory_gate.py).
                 torch.cuda.empty_cache()
             return sets
 
-    def draw_inputs(seed: int) -> list:
+    def draw_inputs(self, seed: int) -> list:
         """get_inputs() right after seeding, its tensors made on the GPU: as KernelBench draws them
         on the host, the same distributions, but a 64 MiB randn took 0.15 s of the reference's
         process there and every one crossed the bus (the seeds are fresh, so no value is anyone's
         to reproduce). A get_inputs that needs the host (a CPU generator, NumPy) runs there."""
-        if device.startswith("cuda") and state.get("inputs_on_device", True):
-            try:
-                with torch.device(device):
-                    return list(problem.get_inputs())
-            except Exception:
-                state["inputs_on_device"] = False
-                _seed_all(seed)
-        return list(problem.get_inputs())
+        import torch
 
-    def _draw_sets(count: int, trials: int) -> list[dict]:
+        if self.device.startswith("cuda") and self.inputs_on_device:
+            try:
+                with torch.device(self.device):
+                    return list(self.problem.get_inputs())
+            except Exception:
+                self.inputs_on_device = False
+                _seed_all(seed)
+        return list(self.problem.get_inputs())
+
+    def _draw_sets(self, count: int, trials: int) -> list[dict]:
         """`count` sets, each with the reference's answer. The first `trials` are the correctness
         trials': from the second on, the candidate is called on each twice (unwatched, then
         watched). The reference is called twice on the second set too: if it answers otherwise
         the second time it keeps state across calls (an RNN's `self.hidden`), and it is then
         called twice on every later trial set as well, each answer kept (`outputs_again`), so
         every call of the candidate meets the reference's call at the same position."""
+        from ..core.compare import compare_outputs
+
         sets = []
         for position in range(count):
             seed = _fresh_seed()
             _seed_all(seed)
-            inputs = draw_inputs(seed)
+            inputs = self.draw_inputs(seed)
             sent_inputs = _to_send(inputs)  # before the call: a reference may change its inputs
             started = time.perf_counter()
-            outputs = _to_send(run_reference(inputs, seed))  # the copy waits for the device
-            state["forward_ms"] = min(state.get("forward_ms", math.inf), 1000 * (time.perf_counter() - started))
+            outputs = _to_send(self.run_reference(inputs, seed))  # the copy waits for the device
+            self.forward_ms = min(self.forward_ms, 1000 * (time.perf_counter() - started))
             drawn = {"seed": seed, "inputs": sent_inputs, "outputs": outputs}
-            if 0 < position < trials and (position == 1 or state.get("stateful")):
-                again = run_reference(_pristine(sent_inputs), seed)
-                if state.get("stateful") or not same_as_recorded(outputs, again):
+            if 0 < position < trials and (position == 1 or self.stateful):
+                again = self.run_reference(_pristine(sent_inputs), seed)
+                if self.stateful or not same_as_recorded(outputs, again):
                     again = _to_send(again)
-                    check = compare_outputs(position, outputs, again, config.tolerances())
-                    if state.get("stateful") or not check.correct:
-                        state.setdefault("stateful", f"a second call on trial {position}'s inputs under the same "
-                                                     f"seed answered otherwise ({check.error})")
+                    check = compare_outputs(position, outputs, again, self.config.tolerances())
+                    if self.stateful or not check.correct:
+                        if self.stateful is None:
+                            self.stateful = (f"a second call on trial {position}'s inputs under the same "
+                                             f"seed answered otherwise ({check.error})")
                         drawn["outputs_again"] = again
             sets.append(drawn)
         return sets
 
-    def build_model(seed: int, init_inputs: list):
+    def build_model(self, seed: int, init_inputs: list):
         """As KernelBench builds it: under no_grad, right after the seed."""
+        import torch
+
         _seed_all(seed)
         with torch.no_grad():
-            return problem.Model(*init_inputs)
+            return self.problem.Model(*init_inputs)
 
-    def placed(model):
-        model = model.to(device)
-        return model.eval() if convention.eval_mode else model
+    def placed(self, model):
+        model = model.to(self.device)
+        return model.eval() if self.convention.eval_mode else model
 
-    def replayed(index: int, second: bool) -> list:
+    def replayed(self, index: int, second: bool) -> list:
         """A stateful reference's answer at one call, computed again: a model built afresh as
         the first was, called on the trial sets in the order the first was (once on the first
         set, twice on each later one), up to that call."""
-        seed, init_inputs = state["construction"]
-        model = placed(build_model(seed, init_inputs))
+        seed, init_inputs = self.construction
+        model = self.placed(self.build_model(seed, init_inputs))
         outputs: list = []
-        for position, trial_set in enumerate(state["sets"][: index + 1]):
+        for position, trial_set in enumerate(self.sets[: index + 1]):
             calls = 2 if position == index and second else 1 if position in (0, index) else 2
             for _ in range(calls):
-                outputs = run_reference(_pristine(trial_set["inputs"]), trial_set["seed"], model)
+                outputs = self.run_reference(_pristine(trial_set["inputs"]), trial_set["seed"], model)
         return outputs
 
-    def prepare(set_count: int) -> dict:
+    def handle_prepare(self, set_count: int) -> dict:
+        import torch
+
         # As KernelBench: one seed before the init inputs and again right before each model is
         # built, so a candidate built after the same seed gets the same parameters.
         construction_seed = _fresh_seed()
         _seed_all(construction_seed)
-        init_inputs = list(problem.get_init_inputs())
-        state["construction"] = (construction_seed, init_inputs)  # for a replay (replayed)
-        model = build_model(construction_seed, init_inputs)
+        init_inputs = list(self.problem.get_init_inputs())
+        self.construction = (construction_seed, init_inputs)  # for a replay (replayed)
+        model = self.build_model(construction_seed, init_inputs)
         # Taken before any forward: training mode updates BatchNorm's running statistics.
         state_dict = model.state_dict()
         state_dict = dict(zip(state_dict, _to_send(list(state_dict.values())), strict=True))
-        state["model"] = placed(model)
-        state["sets"] = draw_sets(set_count, config.trials)
+        self.model = self.placed(model)
+        self.sets = self.draw_sets(set_count, self.config.trials)
         return {"init_inputs": _to_send(init_inputs), "state_dict": state_dict, "seed": construction_seed,
-                "sets": state["sets"], "backend_settings": configured.to_dict(),
-                "forward_ms": state["forward_ms"] if set_count else None, "stateful": state.get("stateful"),
+                "sets": self.sets, "backend_settings": self.configured.to_dict(),
+                "forward_ms": self.forward_ms if set_count else None, "stateful": self.stateful,
                 # The problem's device footprint while preparing (footprints.Measures).
-                "device_peak_bytes": torch.cuda.max_memory_reserved() if device.startswith("cuda") else 0}
+                "device_peak_bytes": torch.cuda.max_memory_reserved() if self.device.startswith("cuda") else 0}
 
-    def sizes() -> dict:
+    def handle_sizes(self) -> dict:
         """One set's input and output bytes, sized on the meta device (nothing allocated, no
         random number drawn), so the evaluation can be admitted by its footprint before the
         first set is drawn (memory_gate.py); None where the problem does not run there."""
+        import torch
+
+        problem = self.problem
         try:
             with torch.device("meta"), torch.no_grad():
                 inputs = list(problem.get_inputs())
@@ -394,11 +449,11 @@ def reference_main(conn, spec: dict) -> None:
         outputs = outputs if isinstance(outputs, (tuple, list)) else [outputs]
         return {"input_bytes": _tensor_bytes(inputs), "output_bytes": _tensor_bytes(outputs)}
 
-    def fresh_sets(count: int) -> dict:
+    def handle_fresh_sets(self, count: int) -> dict:
         """Input sets no call has seen, with the reference's outputs: one per timed call."""
-        return {"sets": draw_sets(count)}
+        return {"sets": self.draw_sets(count)}
 
-    def repeats_itself(index: int, second: bool = False) -> dict:
+    def handle_repeats_itself(self, index: int, second: bool = False) -> dict:
         """Whether the reference gives set `index` the same answer again (`second`: the answer
         of its second call on it, where it keeps state): under the same seed, and under the
         run's backend settings (those the candidate runs under: cuDNN's TF32 by default) as at
@@ -406,13 +461,18 @@ def reference_main(conn, spec: dict) -> None:
         over two samples turns TF32's rounding into other signs) cannot judge a candidate that
         runs PyTorch's own operators under them. A stateful reference is asked by replaying its
         calls on a model built afresh: the one it has has been called since."""
-        trial_set = state["sets"][index]
+        from ..core.compare import compare_outputs
+        from ..timing.backend_settings import applied
+        from ..timing.locks import device_work
+
+        config, device = self.config, self.device
+        trial_set = self.sets[index]
         recorded = trial_set["outputs_again"] if second and "outputs_again" in trial_set else trial_set["outputs"]
 
         def answer_again() -> list:
-            if state.get("stateful"):
-                return replayed(index, second)
-            return run_reference(_pristine(trial_set["inputs"]), trial_set["seed"])
+            if self.stateful:
+                return self.replayed(index, second)
+            return self.run_reference(_pristine(trial_set["inputs"]), trial_set["seed"])
 
         with device_work(device):
             again = answer_again()
@@ -423,8 +483,8 @@ def reference_main(conn, spec: dict) -> None:
             check = compare_outputs(index, recorded, again, config.tolerances())
             if not check.correct:
                 return {"deterministic": False, "cause": "seed", "detail": check.error}
-        if lowered_by_run:
-            with applied(configured), device_work(device):
+        if self.lowered_by_run:
+            with applied(self.configured), device_work(device):
                 under_run = answer_again()
                 if same_as_recorded(recorded, under_run):
                     return {"deterministic": True, "cause": None, "detail": None}
@@ -432,18 +492,24 @@ def reference_main(conn, spec: dict) -> None:
             check = compare_outputs(index, recorded, under_run, config.tolerances())
             if not check.correct:
                 # Its answer under those settings: the parent sees whether the candidate's is that one.
-                return {"deterministic": False, "cause": "settings", "settings": lowered_by_run, "detail": check.error,
-                        "outputs": under_run}
+                return {"deterministic": False, "cause": "settings", "settings": self.lowered_by_run,
+                        "detail": check.error, "outputs": under_run}
         return {"deterministic": True, "cause": None, "detail": None}
 
-    def baseline(mode: str, set_indices: list[int], settings: dict) -> dict:
-        model = state["model"]
+    def handle_baseline(self, mode: str, set_indices: list[int], settings: dict) -> dict:
+        import torch
+
+        from ..timing.backend_settings import BackendSettings, applied, capture
+        from ..timing.locks import device_lock
+        from ..timing.timer import Clock, Timer
+
+        config, device, model = self.config, self.device, self.model
         if mode == "eager":
             fn = model
         else:
             compile_mode = "max-autotune" if mode == "max-autotune" else "default"
             fn = torch.compile(model, mode=compile_mode)
-        content_sets = [_to_device(state["sets"][i]["inputs"], device) for i in set_indices]
+        content_sets = [_to_device(self.sets[i]["inputs"], device) for i in set_indices]
         timer = Timer(Clock(device), config.timing_config)
         # torch.compile reads the settings when it compiles, inside the first timed-loop call.
         with applied(BackendSettings.from_dict(settings)), torch.no_grad(), device_lock(device, config.timing_config.quiet_wait_s) as hold:
@@ -453,7 +519,7 @@ def reference_main(conn, spec: dict) -> None:
                 "launch_overlapped": measurement.launch_overlapped, "backend_settings": timed_under,
                 "quiet": hold.quiet, "beside": hold.beside}
 
-    def calibrate(overlap: bool, staged: bool, count: int) -> dict:
+    def handle_calibrate(self, overlap: bool, staged: bool, count: int) -> dict:
         """What the candidate's timed loop costs around its calls, measured here where no
         candidate code runs: the same loop (timed_calls) over the warm-up sets, `staged` as the
         candidate's were (or not, where they do not fit here: that loop costs more), with a call
@@ -463,20 +529,29 @@ def reference_main(conn, spec: dict) -> None:
         device memory for it (the candidate's worker holds its staged sets meanwhile),
         `unmeasured` says so. On the CPU, with torch's threads fitted to the reserved cores the
         evaluator moved this process onto, as the candidate's are (host_quiet.fit_timed_threads)."""
-        threads_before = fit_timed_threads(device)
+        import torch
+
+        from ..timing.host_quiet import fit_timed_threads
+
+        threads_before = fit_timed_threads(self.device)
         try:
-            return measure_loop(overlap, staged, count)
+            return self.measure_loop(overlap, staged, count)
         except torch.OutOfMemoryError as error:
             return {"unmeasured": f"no device memory to measure the timed loop's own cost ({str(error)[:200]})"}
         finally:
             if threads_before is not None:
                 torch.set_num_threads(threads_before)
-            if device.startswith("cuda"):
+            if self.device.startswith("cuda"):
                 torch.cuda.empty_cache()  # its flush buffer and staged sets back to the device, for the candidate
 
-    def measure_loop(overlap: bool, staged: bool, count: int) -> dict:
+    def measure_loop(self, overlap: bool, staged: bool, count: int) -> dict:
+        import torch
+
+        from ..timing.timer import Clock, OutputCopies, Timer, input_buffers, staged_on_device
+
+        config, device = self.config, self.device
         began = time.perf_counter_ns()
-        warm_sets = state["sets"][config.trials:]
+        warm_sets = self.sets[config.trials:]
         picked = [warm_sets[index % len(warm_sets)] for index in range(count)]
         answer = _to_device(picked[0]["outputs"], device)
         output_nbytes = [value.numel() * value.element_size() for value in answer if isinstance(value, torch.Tensor)]
@@ -494,9 +569,6 @@ def reference_main(conn, spec: dict) -> None:
                                [chosen["seed"] for chosen in picked], overlap, device, copies)
         return {"samples_ms": loop["samples_ms"], "stamps_ns": loop["stamps_ns"], "setup_ns": setup_ns,
                 "loop_cpu_ns": time.thread_time_ns() - loop_cpu_ns}
-
-    serve_requests(conn, {"sizes": sizes, "prepare": prepare, "fresh_sets": fresh_sets,
-                          "repeats_itself": repeats_itself, "baseline": baseline, "calibrate": calibrate})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -561,196 +633,262 @@ def start_thread_pools() -> None:
 
 
 def serve_candidate(conn, spec: dict, sandbox_report: dict) -> None:
-    # Imported before the candidate, so the clocks and guard references predate its code. numpy:
-    # loaded now, not lazily inside a guarded forward. torch._dynamo: the first operator under a
-    # TorchDispatchMode (the guard's audit) imports it (torch._compile's disable wrapper), 3.5 s
-    # on the 2-core box inside the first correctness trial; here it runs while the reference
-    # computes its outputs.
-    import numpy  # noqa: F401
-    import torch
-    import torch._dynamo  # noqa: F401
+    server = CandidateServer(conn, spec)
+    server.announce(sandbox_report)
+    if server.build():
+        server.serve()
 
-    from ..core.config import EvalConfig
-    from ..core.conventions import get_convention, load_reference_weights
-    from ..core.files import Candidate, build_workspace_extension, exec_file, import_file
-    from ..rules.guards import ForwardGuard
-    from ..rules.memory import poison_free_memory
-    from ..rules.outputs import (
-        device_snapshot,
-        held_copies,
-        inspect_outputs,
-        storage_changes,
-        unchanged,
-    )
-    from ..rules.provenance import own_kernel_names, precision_flags
-    from ..rules.rules import get_policy
-    from ..timing.backend_settings import allows_tf32, capture
-    from ..timing.host_quiet import fit_timed_threads
-    from ..timing.timer import (
-        Clock,
-        OutputCopies,
-        Timer,
-        input_buffers,
-        load_content,
-        staged_on_device,
-    )
 
-    config = EvalConfig.from_dict(spec["config"])
-    convention = get_convention(config.convention)
-    device = spec["device"]
-    # The run's settings until the candidate says otherwise; what it turns on beyond them is
-    # reported, and the baselines are timed under what it left in force.
-    configured = configured_settings(config)
-    described = spec["candidate"]
-    candidate = Candidate(Path(described["path"]), Path(described["model_file"]), described["workspace"])
-    state: dict = {"held_outputs": []}
-    guard = ForwardGuard(get_policy(config.policy), device, model_of=lambda: state.get("model"))
-    clock = Clock(device)
-    timer = Timer(clock, config.timing_config)
-    start_thread_pools()
-    # The first message, sent before any of the candidate's code runs, so it cannot be forged:
-    # what the sandbox applied, and the threads that are the harness's.
-    conn.send({"kind": "sandbox", **sandbox_report, "threads": own_threads()})
+class CandidateServer(RequestServer):
+    """The candidate's worker, inside the sandbox: reports the sandbox, builds the candidate, then
+    answers construct, keep_build, forward, check_held, warm, stage, time and audit (one
+    `handle_<request>` each)."""
 
-    try:
-        started, started_cpu = time.perf_counter(), _cpu_seconds_with_children()
-        install_fast_build(spec["pch_dir"] and Path(spec["pch_dir"]), split=config.split_nvcc,
-                           diet=config.header_diet, lean=config.header_diet_lean)
-        if candidate.workspace:
-            build_workspace_extension(candidate, device, Path(spec["extensions_dir"]) / "workspace")
-        load = exec_file if convention.exec_source and not candidate.workspace else import_file
-        module = load(candidate.model_file, "cudaagent_candidate")
-        if not hasattr(module, "ModelNew"):
-            raise AttributeError(f"{candidate.model_file} defines no ModelNew")
-        state["module"] = module
-        conn.send({"kind": "built", "seconds": time.perf_counter() - started,
-                   "cpu_s": _cpu_seconds_with_children() - started_cpu})
-    except BaseException as error:
-        _reply_error(conn, "build", error)
-        return
+    def __init__(self, conn, spec: dict):
+        super().__init__(conn)
+        # Imported before the candidate, so the clocks and guard references predate its code. numpy:
+        # loaded now, not lazily inside a guarded forward. torch._dynamo: the first operator under a
+        # TorchDispatchMode (the guard's audit) imports it (torch._compile's disable wrapper), 3.5 s
+        # on the 2-core box inside the first correctness trial; here it runs while the reference
+        # computes its outputs.
+        from types import SimpleNamespace
 
-    def construct(init_inputs: list, state_dict: dict, seed: int, copy: bool = False) -> dict:
+        import numpy  # noqa: F401
+        import torch  # noqa: F401
+        import torch._dynamo  # noqa: F401
+
+        from ..core.config import EvalConfig
+        from ..core.conventions import get_convention, load_reference_weights
+        from ..core.files import Candidate
+        from ..rules.guards import ForwardGuard
+        from ..rules.memory import poison_free_memory
+        from ..rules.outputs import (
+            device_snapshot,
+            held_copies,
+            inspect_outputs,
+            storage_changes,
+            unchanged,
+        )
+        from ..rules.provenance import own_kernel_names, precision_flags
+        from ..rules.rules import get_policy
+        from ..timing.backend_settings import allows_tf32, capture
+        from ..timing.host_quiet import fit_timed_threads
+        from ..timing.timer import (
+            Clock,
+            OutputCopies,
+            Timer,
+            input_buffers,
+            load_content,
+            staged_on_device,
+        )
+
+        # The harness's functions the requests call, bound now, before the candidate's code runs:
+        # a candidate that rebinds them in their modules (adversarial correct_patches_harness_modules)
+        # does not reach these.
+        self.harness = SimpleNamespace(
+            allows_tf32=allows_tf32, capture=capture, load_reference_weights=load_reference_weights,
+            fit_timed_threads=fit_timed_threads, poison_free_memory=poison_free_memory,
+            device_snapshot=device_snapshot, held_copies=held_copies, inspect_outputs=inspect_outputs,
+            storage_changes=storage_changes, unchanged=unchanged, own_kernel_names=own_kernel_names,
+            precision_flags=precision_flags, OutputCopies=OutputCopies, input_buffers=input_buffers,
+            load_content=load_content, staged_on_device=staged_on_device)
+        self.spec = spec
+        self.config = config = EvalConfig.from_dict(spec["config"])
+        self.convention = get_convention(config.convention)
+        self.device = device = spec["device"]
+        # The run's settings until the candidate says otherwise; what it turns on beyond them is
+        # reported, and the baselines are timed under what it left in force.
+        self.configured = configured_settings(config)
+        described = spec["candidate"]
+        self.candidate = Candidate(Path(described["path"]), Path(described["model_file"]), described["workspace"])
+        self.module = None  # the candidate's module, once built
+        self.model = None  # the ModelNew the requests call
+        self.first_build = None  # the first build, kept aside while the second is tried (keep_build)
+        # The correctness calls' outputs, each with copies taken right after its call (check_held),
+        # and the device bytes those copies hold (outputs.held_copies's "held_on_device_bytes").
+        self.held_outputs: list = []
+        self.held_budget: dict = {}
+        self.output_nbytes: list[int] = []  # one call's output bytes, as the evaluator sized them
+        self.buffers: list = []  # the rotating input buffers of the warm-up and timed calls
+        self.overlap = False  # whether the timed calls overlap their launches (Timer.overlaps_launch)
+        # Between stage, time and audit: the timed sets and seeds, the slab their outputs are copied
+        # into, and the timed calls' outputs.
+        self.timed: list | None = None
+        self.timed_seeds: list[int] | None = None
+        self.copies = None
+        self.timed_outputs: list | None = None
+        self.guard = ForwardGuard(get_policy(config.policy), device, model_of=lambda: self.model)
+        self.clock = Clock(device)
+        self.timer = Timer(self.clock, config.timing_config)
+        start_thread_pools()
+
+    def announce(self, sandbox_report: dict) -> None:
+        """The first message, sent before any of the candidate's code runs, so it cannot be forged:
+        what the sandbox applied, and the threads that are the harness's."""
+        self.conn.send({"kind": "sandbox", **sandbox_report, "threads": own_threads()})
+
+    def build(self) -> bool:
+        """Builds and imports the candidate and sends "built"; on failure a "build" error reply,
+        and False."""
+        from ..core.files import build_workspace_extension, exec_file, import_file
+
+        spec, config, candidate = self.spec, self.config, self.candidate
+        try:
+            started, started_cpu = time.perf_counter(), _cpu_seconds_with_children()
+            install_fast_build(spec["pch_dir"] and Path(spec["pch_dir"]), split=config.split_nvcc,
+                               diet=config.header_diet, lean=config.header_diet_lean)
+            if candidate.workspace:
+                build_workspace_extension(candidate, self.device, Path(spec["extensions_dir"]) / "workspace")
+            load = exec_file if self.convention.exec_source and not candidate.workspace else import_file
+            module = load(candidate.model_file, "cudaagent_candidate")
+            if not hasattr(module, "ModelNew"):
+                raise AttributeError(f"{candidate.model_file} defines no ModelNew")
+            self.module = module
+            self.conn.send({"kind": "built", "seconds": time.perf_counter() - started,
+                            "cpu_s": _cpu_seconds_with_children() - started_cpu})
+        except BaseException as error:
+            _reply_error(self.conn, "build", error)
+            return False
+        return True
+
+    def handle_construct(self, init_inputs: list, state_dict: dict, seed: int, copy: bool = False) -> dict:
         """Builds ModelNew as the reference was built: under no_grad (an in-place fold of a
         parameter in `__init__` is allowed there), right after the same seed (conventions.py).
         `copy`: the second build, with the reference's matching entries copied in; the first is
         kept aside until keep_build says which of the two the other calls use."""
+        import torch
+
         if copy:
-            state["first_build"] = state.pop("model")
+            self.first_build, self.model = self.model, None
         _seed_all(seed)
         with torch.no_grad():
-            model = state["module"].ModelNew(*init_inputs)
-        weights = load_reference_weights(model, state_dict, convention, copy=copy)
-        model = model.to(device)
-        state["model"] = model.eval() if convention.eval_mode else model
+            model = self.module.ModelNew(*init_inputs)
+        weights = self.harness.load_reference_weights(model, state_dict, self.convention, copy=copy)
+        model = model.to(self.device)
+        self.model = model.eval() if self.convention.eval_mode else model
         return {"weights": weights}
 
-    def keep_build(copied: bool) -> dict:
+    def handle_keep_build(self, copied: bool) -> dict:
         """After the second build's first trial: keep it (`copied`) or go back to the first."""
-        first = state.pop("first_build", None)
+        first, self.first_build = self.first_build, None
         if not copied and first is not None:
-            state["model"] = first
+            self.model = first
         del first
         return {}
 
-    def forward(inputs: list, output_nbytes: list[int], seed: int, watched: bool = True,
-                output_buffers: list | None = None) -> dict:
+    def handle_forward(self, inputs: list, output_nbytes: list[int], seed: int, watched: bool = True,
+                       output_buffers: list | None = None) -> dict:
         """One correctness call; `watched=False`: without the operator audit (no dispatch mode on
         the stack), so a candidate honest only when watched shows what it does otherwise. The
         outputs' host copies go into `output_buffers`, the evaluator's storages, where they fit."""
-        model = state["model"]
+        import torch
+
+        harness, device, guard, model = self.harness, self.device, self.guard, self.model
         device_inputs = _to_device(inputs, device)
         # What they held before the call, where they are: only an input the call changed goes
         # back to the evaluator (a 64 MiB input nine times per evaluation otherwise).
-        before = device_snapshot(device_inputs)
-        state["output_nbytes"] = output_nbytes
-        poison_free_memory(device, output_nbytes)
+        before = harness.device_snapshot(device_inputs)
+        self.output_nbytes = output_nbytes
+        harness.poison_free_memory(device, output_nbytes)
         _seed_all(seed)  # the seed the reference's call ran after
         with torch.no_grad():  # beside no timing: the evaluator holds the device's work lock meanwhile
             outputs = guard(lambda: model(*device_inputs)) if watched else model(*device_inputs)
-            clock.synchronize()
-        report = inspect_outputs(outputs, device_inputs, device, into=output_buffers)
+            self.clock.synchronize()
+        report = harness.inspect_outputs(outputs, device_inputs, device, into=output_buffers)
         # Held (so the allocator cannot hand their memory out again) beside copies of them taken
         # now, until check_held compares them once, after the last trial: on the device while
         # they fit a budget (no second trip to the host), else private host copies.
-        state["held_outputs"].append((outputs, held_copies(outputs, state)))
+        self.held_outputs.append((outputs, harness.held_copies(outputs, self.held_budget)))
         return {
             **report,
             # None: unchanged (the same metadata and bytes as before the call); else its copy.
-            "inputs_after": [None if unchanged(was, now) else _input_after(now, lent)
+            "inputs_after": [None if harness.unchanged(was, now) else _input_after(now, lent)
                              for was, now, lent in zip(before, device_inputs, inputs, strict=True)],
             "findings": guard.findings.drain(),
-            "precision": sorted(guard.findings.precision | tf32_switches(configured)),
+            "precision": sorted(guard.findings.precision | tf32_switches(self.configured)),
         }
 
-    def check_held() -> dict:
+    def handle_check_held(self) -> dict:
         """After the correctness calls: if an output handed out by one call has changed since,
         a later call wrote its answer into storage already handed out. Once, after the last call,
         rather than every held output at every call (quadratic in the calls, seconds for large
         outputs on the H100): storage reused at any call is still overwritten at the end."""
-        return {"reused": [change for held, copies in state["held_outputs"] for change in storage_changes(held, copies)]}
+        return {"reused": [change for held, copies in self.held_outputs
+                           for change in self.harness.storage_changes(held, copies)]}
 
-    def warm(content_sets: list) -> dict:
+    def handle_warm(self, content_sets: list) -> dict:
         """Warm-up and profiled calls on the warm-up sets; these contents never come back. The
         evaluator holds the device's timing lock meanwhile (as for stage and time)."""
-        fit_timed_threads(device)  # timed from now on: torch's threads fit the reserved cores (CPU)
-        state["held_outputs"].clear()
-        state["held_on_device_bytes"] = 0
-        model = state["model"]
-        state["buffers"] = buffers = input_buffers([_to_device(content, device) for content in content_sets])
+        import torch
+
+        harness, device, guard, timer, configured = self.harness, self.device, self.guard, self.timer, self.configured
+        harness.fit_timed_threads(device)  # timed from now on: torch's threads fit the reserved cores (CPU)
+        self.held_outputs.clear()
+        self.held_budget["held_on_device_bytes"] = 0
+        model = self.model
+        self.buffers = buffers = harness.input_buffers([_to_device(content, device) for content in content_sets])
         with torch.no_grad():
             per_call_ms = timer.warm_up(lambda buffer: lambda: model(*buffer), buffers)
             profiled = timer.profile(model, buffers, guard, per_call_ms)
-        state["overlap"] = timer.overlaps_launch(profiled)
+        self.overlap = timer.overlaps_launch(profiled)
         return {
             "per_call_ms": per_call_ms,
             "device_ms": profiled.device_ms if profiled else None,
             "device_busy_ms": profiled.busy_ms if profiled else None,
             "kernel_names": profiled.kernel_names if profiled else [],
-            "own_kernel_names": own_kernel_names(candidate, sys.modules),
-            "launch_overlapped": state["overlap"],
+            "own_kernel_names": harness.own_kernel_names(self.candidate, sys.modules),
+            "launch_overlapped": self.overlap,
             "findings": guard.findings.drain() + timer.persistence.drain(),
             "precision": sorted(guard.findings.precision | tf32_switches(configured)
-                                | precision_flags(profiled.kernel_names if profiled else [],
-                                                  tf32_allowed=allows_tf32(configured))),
+                                | harness.precision_flags(profiled.kernel_names if profiled else [],
+                                                          tf32_allowed=harness.allows_tf32(configured))),
         }
 
-    def stage(timed_sets: list[dict]) -> dict:
+    def handle_stage(self, timed_sets: list[dict]) -> dict:
         """The timed calls' inputs, each never seen before, made ready: on the GPU all on the
         device first when they fit, with memory for every call's output copies, so the calls run
         back to back as the baselines' do (timer.staged_on_device, timer.OutputCopies)."""
-        staged = staged_on_device([fresh["inputs"] for fresh in timed_sets], sum(state["output_nbytes"]), device)
-        state["timed"] = staged if staged is not None else [fresh["inputs"] for fresh in timed_sets]
-        state["timed_seeds"] = [fresh["seed"] for fresh in timed_sets]
+        harness, device = self.harness, self.device
+        staged = harness.staged_on_device([fresh["inputs"] for fresh in timed_sets], sum(self.output_nbytes), device)
+        self.timed = staged if staged is not None else [fresh["inputs"] for fresh in timed_sets]
+        self.timed_seeds = [fresh["seed"] for fresh in timed_sets]
         # On the CPU too the copies go into that slab: a shared-memory copy per call left glibc
         # handing the next call's output fresh pages, faulted in inside its timed region (an
         # identity leaky ReLU on 256x512 at 0.05-0.2x of eager; README, "What a timed call includes").
-        state["copies"] = (OutputCopies(state["output_nbytes"], len(timed_sets), device)
-                           if staged is not None or device == "cpu" else None)
+        self.copies = (harness.OutputCopies(self.output_nbytes, len(timed_sets), device)
+                       if staged is not None or device == "cpu" else None)
         return {"staged": staged is not None}
 
-    def time_candidate() -> dict:
+    def handle_time(self) -> dict:
         """Each staged set in one timed call, its outputs copied right after it (outside the
         timed region). Nothing else in this request: the evaluator times it with its own clock."""
-        model, buffers = state["model"], state["buffers"]
-        timed_run = guard.light() if config.timing_config.audit_timed_calls else None
+        import torch
+
+        model, buffers = self.model, self.buffers
+        timed_run = self.guard.light() if self.config.timing_config.audit_timed_calls else None
 
         def call_on(buffer: list) -> object:
             if timed_run is None:
                 return lambda: model(*buffer)
             return lambda: timed_run(lambda: model(*buffer))
 
+        timed, timed_seeds = self.timed, self.timed_seeds
+        self.timed = self.timed_seeds = None
         with torch.no_grad():
-            loop = timed_calls(timer, call_on, buffers, state.pop("timed"), state.pop("timed_seeds"), state["overlap"],
-                               device, state["copies"])
-        state["timed_outputs"] = loop.pop("outputs")
+            loop = timed_calls(self.timer, call_on, buffers, timed, timed_seeds, self.overlap, self.device, self.copies)
+        self.timed_outputs = loop.pop("outputs")
         return loop
 
-    def audit(audited_sets: list[dict]) -> dict:
+    def handle_audit(self, audited_sets: list[dict]) -> dict:
         """The timed calls' outputs to the evaluator, then the audited check round, as checked as
         the correctness trials, on fresh content too. Bare and audited calls cannot tell each
         other apart by content."""
-        model, buffers = state["model"], state["buffers"]
-        timed_outputs, copies = state.pop("timed_outputs"), state.pop("copies")
+        import torch
+
+        harness, device, guard, clock, model, buffers = (self.harness, self.device, self.guard, self.clock, self.model,
+                                                         self.buffers)
+        timed_outputs, copies = self.timed_outputs, self.copies
+        self.timed_outputs = self.copies = None
         if copies is not None:
             timed_outputs = [_to_send(call_copies) for call_copies in timed_outputs]
             del copies  # the slab they were views of
@@ -759,13 +897,13 @@ def serve_candidate(conn, spec: dict, sandbox_report: dict) -> None:
         with torch.no_grad():
             for call_index, fresh in enumerate(audited_sets):
                 buffer = buffers[call_index % len(buffers)]
-                load_content(buffer, _to_device(fresh["inputs"], device))
-                poison_free_memory(device, state["output_nbytes"])
+                harness.load_content(buffer, _to_device(fresh["inputs"], device))
+                harness.poison_free_memory(device, self.output_nbytes)
                 _seed_all(fresh["seed"])
                 clock.synchronize()
                 elapsed_ms, output = clock.time_call_ms(lambda buffer=buffer: guard(lambda: model(*buffer)))
                 audited_ms.append(elapsed_ms)
-                report = inspect_outputs(output, [], device)
+                report = harness.inspect_outputs(output, [], device)
                 audited_outputs.append(report["outputs"])
                 violations += report["violations"]
         audited_count = max(len(audited_sets), 1)
@@ -775,10 +913,7 @@ def serve_candidate(conn, spec: dict, sandbox_report: dict) -> None:
             "audited_ms": audited_ms,
             "audited_operators": (guard.findings.operators_seen - operators_before) / audited_count,
             "audited_python_calls": (guard.findings.python_calls_seen - calls_before) / audited_count,
-            "findings": guard.findings.drain() + timer.persistence.drain() + violations,
-            "precision": sorted(guard.findings.precision | tf32_switches(configured)),
-            "backend_settings": capture().to_dict(),  # in force when it was timed
+            "findings": guard.findings.drain() + self.timer.persistence.drain() + violations,
+            "precision": sorted(guard.findings.precision | tf32_switches(self.configured)),
+            "backend_settings": harness.capture().to_dict(),  # in force when it was timed
         }
-
-    serve_requests(conn, {"construct": construct, "keep_build": keep_build, "forward": forward, "check_held": check_held,
-                          "warm": warm, "stage": stage, "time": time_candidate, "audit": audit})
