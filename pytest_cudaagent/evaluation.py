@@ -622,7 +622,9 @@ class Evaluation:
                 self.result.nondeterministic_trials.append(index)
             self.result.trials.append(trial)
             self._lent.give_back(unwatched_lent + lent)  # judged: the next trial's outputs go there
-        self._note_output_reuse(worker.request(("check_held",), self.config.run_timeout_s)["reused"])
+        with device_work(self.device):  # compares on the device: never beside another timing
+            held = worker.request(("check_held",), self.config.run_timeout_s)
+        self._note_output_reuse(held["reused"])
         self.result.correct = all(trial.correct for trial in self.result.trials)
 
     def _copy_may_help(self, trial: TrialResult) -> bool:
@@ -639,10 +641,12 @@ class Evaluation:
         parameter that keeps its name is wrong only if it is wrong as built). Either build has
         been called once when the other trials begin."""
         timeout = self.config.run_timeout_s
-        constructed = worker.request(("construct", *self._construction, True), timeout)
+        with device_work(self.device):
+            constructed = worker.request(("construct", *self._construction, True), timeout)
         retried = self._checked_forward(worker, 0, trial_set, watched=True)
         copy_needed = retried[0].correct
-        worker.request(("keep_build", copy_needed), timeout)
+        with device_work(self.device):  # frees one build's device memory
+            worker.request(("keep_build", copy_needed), timeout)
         if not copy_needed:
             self._lent.give_back(retried[2])
             return first
