@@ -31,7 +31,6 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import psutil
-from benchmark.experiments.published_styles import write_pairs
 from rich.console import Console
 from rich.table import Table
 
@@ -47,6 +46,7 @@ from experiments.kernelbench_differential import (
     our_outcome,
     run_kernelbench,
 )
+from experiments.published_styles import write_pairs
 from pytest_cudaagent.core.config import EvalConfig
 from pytest_cudaagent.records.pairing import Pair
 from pytest_cudaagent.records.results_file import read_results

@@ -47,7 +47,7 @@ def test_our_side_runs_on_the_cpu_and_writes_its_json(tmp_path):
     run = subprocess.run([sys.executable, "-m", "experiments.eval_side_by_side", "--sides", "ours",
                           "--device", "cpu", "--workers", "1", "--work", str(work), "--json", str(tmp_path / "s.json"),
                           "--against", str(REPO / "tests" / "data" / "problems" / "small_leaky_relu.py"), str(candidates)],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+                         cwd=REPO, capture_output=True, text=True, timeout=600)  # experiments run from the repository root
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     ours = json.loads((work / "ours.json").read_text())
     assert [row["outcome"] for row in ours["rows"]] == ["correct"]
