@@ -18,6 +18,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from experiments import timed_loop_steps
 from pytest_cudaagent import EvalConfig, evaluate
 from pytest_cudaagent.core.config import TimingConfig
 
@@ -73,7 +74,8 @@ def main() -> None:
                              "rules": sorted({violation.rule for violation in result.violations}), **account,
                              "calls": calls, "overlap": stats.launch_overlapped if stats is not None else None,
                              "unaccounted_per_call_ms": round(account["unaccounted_ms"] / calls, 3) if account and calls else None,
-                             "used": round(account["unaccounted_ms"] / loop_ms, 3) if loop_ms else None})
+                             "used": round(account["unaccounted_ms"] / loop_ms, 3) if loop_ms else None,
+                             "timed_loop": result.env.get("timed_loop", [])})
     table = Table(title=f"Result.timed_request, {args.device}, {args.repeats} repeats (ms)")
     columns = ["candidate", "status", "rules", "calls", "overlap", "wall_ms", "cpu_ms", "samples_ms", "unaccounted_ms",
                "unaccounted_per_call_ms", "allowed_ms", "new_threads_cpu_ms", "used"]
@@ -82,6 +84,10 @@ def main() -> None:
     for row in rows:
         table.add_row(*(str(row.get(column, "")) for column in columns))
     Console(width=200).print(table)
+    steps = timed_loop_steps.rows_of([{"problem": row["candidate"], "status": row["status"],
+                                       "timed_request": {key: row.get(key) for key in ("unaccounted_ms", "allowed_ms")},
+                                       "env": {"timed_loop": row["timed_loop"]}} for row in rows])
+    Console(width=220).print(timed_loop_steps.table_of(steps, "timed loop steps, ms per call (candidate/calibration)"))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

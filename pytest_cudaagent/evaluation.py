@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import multiprocessing
 import os
 import statistics
@@ -236,6 +237,8 @@ class Evaluation:
         # code was loaded (None: not sent), and the process that serves its requests (outside_view.py).
         self._harness_threads: set[int] | None = None
         self._serving_pid = 0
+        # The calibration loop's calls and step times (worker.timed_calls), for Result.env["timed_loop"].
+        self._calibration_steps: dict | None = None
         # The reference's reply to "prepare" (its own, or a batch's kept one), once received.
         self._prepared: dict | None = None
         # What the candidate is built from: init inputs, the reference's state_dict, the seed.
@@ -867,6 +870,7 @@ class Evaluation:
         self._note_precision(audit["precision"])
         self._note_backend_settings(audit["backend_settings"])
         unaccounted = self._account_for_timed_calls(reply, timed_count, (sent, received), before, after, cost)
+        self._note_timed_loop(staged, timed_count, reply)
         if self._harness_threads is not None:
             self._add_violations([violation for violation in [outside_view.idle_threads_violation(
                 after, idle, self._harness_threads, timing.idle_watch_ms, timing.idle_thread_slack_ms)] if violation])
@@ -894,10 +898,23 @@ class Evaluation:
         if "unmeasured" in measured:
             self._add_warnings([Violation(outside_view.UNACCOUNTED, f"not checked: {measured['unmeasured']}")])
             return None
+        self._calibration_steps = {"calls": count, "steps_ms": measured.get("steps_ms")}
         if self.device == "cpu":
             return outside_view.cpu_loop_cost(measured["loop_cpu_ns"], count)
         return outside_view.wall_loop_cost((sent + measured["setup_ns"], received), measured["samples_ms"],
                                            measured["stamps_ns"])
+
+    def _note_timed_loop(self, staged: bool, calls: int, reply: dict) -> None:
+        """Where the loop around the timed calls spent its time, step by step, by the candidate's
+        worker and by the reference's calibration loop (Result.env["timed_loop"], one entry per
+        timed request): for diagnosing a timing_unaccounted verdict, never part of one (the
+        candidate's worker can write anything in its own account)."""
+        calibration = self._calibration_steps or {}
+        entry = {"staged": staged, "calls": calls, "calibration_calls": calibration.get("calls"),
+                 "candidate_steps_ms": _step_times(reply.get("steps_ms")),
+                 "calibration_steps_ms": _step_times(calibration.get("steps_ms"))}
+        self._calibration_steps = None
+        self.result.env.setdefault("timed_loop", []).append(entry)
 
     def _account_for_timed_calls(self, reply: dict, calls: int, window: tuple[int, int], before: outside_view.Snapshot,
                                  after: outside_view.Snapshot, cost: outside_view.LoopCost | None) -> Violation | None:
@@ -1196,6 +1213,14 @@ def watched_time_violation(bare_median_ms: float, audited_ms: list[float], opera
                          f"{watched_ms:.4f} ms, of which at most {watch_cost_ms:.4f} ms was the watch: another "
                          "code path runs when unwatched")
     return None
+
+
+def _step_times(steps: object) -> dict[str, float] | None:
+    """A worker's step times (timed_calls' steps_ms) as numbers, or None where it sent none."""
+    if not isinstance(steps, dict):
+        return None
+    return {str(step)[:40]: round(float(ms), 4) for step, ms in list(steps.items())[:16]
+            if type(ms) in (int, float) and math.isfinite(ms)}
 
 
 def _for_candidate(fresh_set: dict) -> dict:
