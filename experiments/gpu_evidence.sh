@@ -324,6 +324,18 @@ run_section() {
     # started at once with its share of 16 workers, merged, compared with the unsharded run: the
     # verdicts and the leaderboard's verdict columns must be identical (timed columns move with the
     # timing noise). Level SHARDS_LEVEL's identity candidates (each problem's own Model; default 1), ids SHARDS_IDS.
+    # #44: identity candidates timed under the default load (16 workers), each timed request's loop
+    # steps beside the calibration's (Result.env.timed_loop; experiments/timed_loop_steps.py).
+    # TUL_LEVEL, TUL_IDS: which problems; TUL_TIMEOUT_S: the bench's time (it keeps what ended).
+    timed-under-load)
+      dir=${TUL_DIR:-/tmp/timed-under-load}
+      [ -d "$dir/candidates" ] || python3 -m experiments.identity_set --kernelbench "${KERNELBENCH:-.kernelbench}" \
+        --level "${TUL_LEVEL:-2}" --out "$dir/candidates"
+      timeout --signal=TERM --kill-after=30 "${TUL_TIMEOUT_S:-300}" cudaagent bench --kernelbench "${KERNELBENCH:-.kernelbench}" \
+        --level "${TUL_LEVEL:-2}" --problem-id "${TUL_IDS:-1-24}" --candidates "$dir/candidates" --policy calibration \
+        --baselines "${TUL_BASELINES:-}" ${TUL_WORKERS:+--workers "$TUL_WORKERS"} --out "$dir/run" --resume
+      cp "$dir/run/results.jsonl" "$OUT/timed_under_load.results.jsonl"
+      python3 -m experiments.timed_loop_steps "$dir/run/results.jsonl" --json "$OUT/timed_under_load_steps.json" ;;
     shards) dir=${SHARDS_DIR:-/tmp/shards-identity}
             [ -d "$dir/candidates" ] || python3 -m experiments.identity_set \
               --kernelbench "${KERNELBENCH:-.kernelbench}" --level "${SHARDS_LEVEL:-1}" --out "$dir/candidates"
@@ -339,7 +351,7 @@ run_section() {
             "l2 sandbox faults reward build-speed warm-load side-by-side baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
             "timed-steps timed-path host-quiet-cost identity-make identity-alone identity-batched identity-kernelbench identity-report speed-fidelity-launch-bound" \
             "throughput-harness throughput-sequential throughput-wait throughput-report" \
-            "under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report under-load-identity shards"
+            "under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report under-load-identity shards timed-under-load"
        return 2 ;;
   esac
 }
