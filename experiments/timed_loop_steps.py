@@ -46,6 +46,12 @@ def rows_of(results: list[dict]) -> list[dict]:
                 "candidate": per_call(entry.get("candidate_steps_ms"), calls),
                 "calibration": per_call(entry.get("calibration_steps_ms"), calibration_calls),
                 "before_loop_ms": (entry.get("candidate_steps_ms") or {}).get("before_loop"),
+                # The worker's handler against the evaluator's window: what came before it (the
+                # request's way in) and after it (the reply's way out), and the collections.
+                "before_handler_ms": entry.get("before_handler_ms"),
+                "after_handler_ms": entry.get("after_handler_ms"),
+                "handler_gc_ms": (entry.get("handler_gc") or {}).get("ms"),
+                "after_time_gc_ms": (entry.get("after_time_gc") or {}).get("ms"),
             })
     return rows
 
@@ -53,14 +59,15 @@ def rows_of(results: list[dict]) -> list[dict]:
 def table_of(rows: list[dict], title: str) -> Table:
     table = Table(title=title)
     for column in ("problem", "try", "status", "staged", "calls", "unacc/allowed ms",
-                   *(f"{step} c/k" for step in STEPS), "before loop"):
+                   *(f"{step} c/k" for step in STEPS), "before loop", "before/after handler", "gc in/after"):
         table.add_column(column)
     for row in rows:
         pairs = [f"{row['candidate'].get(step, float('nan')):.3f}/{row['calibration'].get(step, float('nan')):.3f}"
                  for step in STEPS]
         table.add_row(row["problem"][:40], str(row["attempt"]), str(row["status"]), str(row["staged"]),
                       str(row["calls"]), f"{row['unaccounted_ms']}/{row['allowed_ms']}", *pairs,
-                      str(row["before_loop_ms"]))
+                      str(row["before_loop_ms"]), f"{row['before_handler_ms']}/{row['after_handler_ms']}",
+                      f"{row['handler_gc_ms']}/{row['after_time_gc_ms']}")
     return table
 
 

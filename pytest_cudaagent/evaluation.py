@@ -870,7 +870,7 @@ class Evaluation:
         self._note_precision(audit["precision"])
         self._note_backend_settings(audit["backend_settings"])
         unaccounted = self._account_for_timed_calls(reply, timed_count, (sent, received), before, after, cost)
-        self._note_timed_loop(staged, timed_count, reply)
+        self._note_timed_loop(staged, timed_count, reply, audit, (sent, received))
         if self._harness_threads is not None:
             self._add_violations([violation for violation in [outside_view.idle_threads_violation(
                 after, idle, self._harness_threads, timing.idle_watch_ms, timing.idle_thread_slack_ms)] if violation])
@@ -904,15 +904,29 @@ class Evaluation:
         return outside_view.wall_loop_cost((sent + measured["setup_ns"], received), measured["samples_ms"],
                                            measured["stamps_ns"])
 
-    def _note_timed_loop(self, staged: bool, calls: int, reply: dict) -> None:
+    def _note_timed_loop(self, staged: bool, calls: int, reply: dict, audit: dict, window: tuple[int, int]) -> None:
         """Where the loop around the timed calls spent its time, step by step, by the candidate's
         worker and by the reference's calibration loop (Result.env["timed_loop"], one entry per
-        timed request): for diagnosing a timing_unaccounted verdict, never part of one (the
-        candidate's worker can write anything in its own account)."""
+        timed request), with the worker's account of its handler (its span against this
+        process's window: before_handler_ms, after_handler_ms; its thread's CPU; the garbage
+        collections in it and after it): for diagnosing a timing_unaccounted verdict, never
+        part of one (the candidate's worker can write anything in its own account)."""
         calibration = self._calibration_steps or {}
         entry = {"staged": staged, "calls": calls, "calibration_calls": calibration.get("calls"),
                  "candidate_steps_ms": _step_times(reply.get("steps_ms")),
                  "calibration_steps_ms": _step_times(calibration.get("steps_ms"))}
+        handler = reply.get("handler")
+        if isinstance(handler, dict):
+            span = handler.get("span_ns")
+            if isinstance(span, list) and len(span) == 2 and all(type(value) is int for value in span):
+                entry["before_handler_ms"] = round((span[0] - window[0]) / 1e6, 4)
+                entry["after_handler_ms"] = round((window[1] - span[1]) / 1e6, 4)
+            entry["handler_cpu_ms"] = _step_times({"cpu": handler.get("cpu_ms")}).get("cpu")
+            entry["handler_gc"] = _step_times(handler.get("gc"))
+        after_time = audit.get("after_time")
+        if isinstance(after_time, dict):
+            entry["after_time"] = _step_times({key: value for key, value in after_time.items() if key != "gc"})
+            entry["after_time_gc"] = _step_times(after_time.get("gc"))
         self._calibration_steps = None
         self.result.env.setdefault("timed_loop", []).append(entry)
 

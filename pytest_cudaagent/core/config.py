@@ -167,6 +167,11 @@ class TimingConfig:
     unaccounted_attempts: int = 3
     unaccounted_slack_ms: float = 20.0
     loop_cost_calls: int = 16
+    # Python's cyclic collector run before timed work and paused until its reply has gone (as
+    # timeit does; timing/gc_pause.py): the candidate's timed request, the calibration loop and
+    # the baselines' samples. A full collection in the candidate's worker (torch and
+    # torch._dynamo imported) is tens of milliseconds outside any sample.
+    pause_gc: bool = True
     # background_thread (outside_view.py): a thread or process the candidate's code started may
     # use this much CPU beyond the timed calls' own duration while they run, and this much per
     # call (an OpenMP worker spinning a while after a parallel region ends). Threads' CPU times

@@ -19,6 +19,7 @@ import torch
 from ..core.config import TimingConfig
 from ..core.tensor_trees import map_tensors, nbytes, refill, tensors
 from ..rules.l2_persistence import persistence_guard
+from . import gc_pause
 
 _perf_counter_ns = time.perf_counter_ns
 
@@ -291,14 +292,16 @@ class Timer:
         overlap = self.overlaps_launch(profiled)
         samples: list[float] = []
         final_outputs: list[object] = [None] * sets
-        for call_index in range(_sample_count(per_call_ms, self.config, sets)):
-            buffer_index, round_index = call_index % sets, call_index // sets
-            content_index = (buffer_index + round_index) % sets
-            if round_index > 0:
-                load_content(buffers[buffer_index], content_sets[content_index])
-            elapsed_ms, output = self.timed_call(call_on(buffers[buffer_index]), overlap)
-            samples.append(elapsed_ms)
-            final_outputs[content_index] = output
+        # No collection inside a sample (gc_pause.py), as for the candidate's timed calls.
+        with gc_pause.paused(self.config.pause_gc):
+            for call_index in range(_sample_count(per_call_ms, self.config, sets)):
+                buffer_index, round_index = call_index % sets, call_index // sets
+                content_index = (buffer_index + round_index) % sets
+                if round_index > 0:
+                    load_content(buffers[buffer_index], content_sets[content_index])
+                elapsed_ms, output = self.timed_call(call_on(buffers[buffer_index]), overlap)
+                samples.append(elapsed_ms)
+                final_outputs[content_index] = output
         measurement = Measurement(samples, final_outputs, launch_overlapped=overlap)
         if profiled is not None:
             measurement.device_ms, measurement.device_busy_ms = profiled.device_ms, profiled.busy_ms

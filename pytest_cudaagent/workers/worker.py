@@ -553,11 +553,13 @@ class ReferenceServer(RequestServer):
         evaluator moved this process onto, as the candidate's are (host_quiet.fit_timed_threads)."""
         import torch
 
+        from ..timing import gc_pause
         from ..timing.host_quiet import fit_timed_threads
 
         threads_before = fit_timed_threads(self.device)
         try:
-            return self.measure_loop(overlap, staged, count)
+            with gc_pause.paused(self.config.timing_config.pause_gc):
+                return self.measure_loop(overlap, staged, count)
         except torch.OutOfMemoryError as error:
             return {"unmeasured": f"no device memory to measure the timed loop's own cost ({str(error)[:200]})"}
         finally:
@@ -693,6 +695,7 @@ class CandidateServer(RequestServer):
         )
         from ..rules.provenance import own_kernel_names, precision_flags
         from ..rules.rules import get_policy
+        from ..timing import gc_pause
         from ..timing.backend_settings import allows_tf32, capture
         from ..timing.host_quiet import fit_timed_threads
         from ..timing.timer import (
@@ -714,7 +717,11 @@ class CandidateServer(RequestServer):
             device_snapshot=device_snapshot, held_copies=held_copies, inspect_outputs=inspect_outputs,
             storage_changes=storage_changes, unchanged=unchanged, own_kernel_names=own_kernel_names,
             precision_flags=precision_flags, OutputCopies=OutputCopies, input_buffers=input_buffers,
-            load_content=load_content, staged_on_device=staged_on_device, pages_in_place=pages_in_place)
+            load_content=load_content, staged_on_device=staged_on_device, pages_in_place=pages_in_place,
+            gc_pause=gc_pause.pause, gc_resume=gc_pause.resume)
+        # Every collection timed, for Result.env["timed_loop"] (diagnosis only).
+        self.gc_watch = gc_pause.GcWatch().install()
+        self.after_time: tuple | None = None  # (clock, thread CPU, gc mark) when the time request ended
         self.spec = spec
         self.config = config = EvalConfig.from_dict(spec["config"])
         self.convention = get_convention(config.convention)
@@ -883,6 +890,8 @@ class CandidateServer(RequestServer):
         # identity leaky ReLU on 256x512 at 0.05-0.2x of eager; README, "What a timed call includes").
         self.copies = (harness.OutputCopies(self.output_nbytes, len(timed_sets), device)
                        if staged is not None or device == "cpu" else None)
+        if self.config.timing_config.pause_gc:
+            harness.gc_pause()  # collected now, untimed; resumed at the audit (gc_pause.py)
         return {"staged": staged is not None}
 
     def handle_time(self) -> dict:
@@ -890,7 +899,7 @@ class CandidateServer(RequestServer):
         timed region). Nothing else in this request: the evaluator times it with its own clock."""
         import torch
 
-        entered = time.perf_counter_ns()
+        entered, entered_cpu, gc_mark = time.perf_counter_ns(), time.thread_time_ns(), self.gc_watch.mark()
         model, buffers = self.model, self.buffers
         timed_run = self.guard.light() if self.config.timing_config.audit_timed_calls else None
 
@@ -911,6 +920,12 @@ class CandidateServer(RequestServer):
         loop["steps_ms"]["before_loop"] = round((looped - entered) / 1e6, 4)
         loop["steps_ms"]["unsplit"] = round((time.perf_counter_ns() - looped) / 1e6 - sum(
             loop["steps_ms"][step] for step in LOOP_STEPS) - sum(loop["samples_ms"]), 4)
+        left, left_cpu = time.perf_counter_ns(), time.thread_time_ns()
+        # Diagnosis only (Result.env["timed_loop"]): this request's span by this process's clock,
+        # its serving thread's CPU meanwhile, the collections that ran in it.
+        loop["handler"] = {"span_ns": [entered, left], "cpu_ms": round((left_cpu - entered_cpu) / 1e6, 4),
+                           "gc": self.gc_watch.since(gc_mark)}
+        self.after_time = (left, left_cpu, self.gc_watch.mark())
         return loop
 
     def handle_audit(self, audited_sets: list[dict]) -> dict:
@@ -921,6 +936,13 @@ class CandidateServer(RequestServer):
 
         harness, device, guard, clock, model, buffers = (self.harness, self.device, self.guard, self.clock, self.model,
                                                          self.buffers)
+        after_time = None
+        if self.after_time is not None:  # from the time request's end to now (diagnosis only)
+            left, left_cpu, gc_mark = self.after_time
+            after_time = {"ms": round((time.perf_counter_ns() - left) / 1e6, 4),
+                          "cpu_ms": round((time.thread_time_ns() - left_cpu) / 1e6, 4), "gc": self.gc_watch.since(gc_mark)}
+            self.after_time = None
+        harness.gc_resume()
         timed_outputs, copies = self.timed_outputs, self.copies
         self.timed_outputs = self.copies = self.spent_sets = None
         if copies is not None:
@@ -950,4 +972,5 @@ class CandidateServer(RequestServer):
             "findings": guard.findings.drain() + self.timer.persistence.drain() + violations,
             "precision": sorted(guard.findings.precision | tf32_switches(self.configured)),
             "backend_settings": harness.capture().to_dict(),  # in force when it was timed
+            "after_time": after_time,
         }

@@ -126,3 +126,48 @@ def test_result_reports_the_loops_steps_beside_the_calibrations(sandbox):
     # set dropped or faulted in inside the loop cost 3-10x; the margin is for a loaded 2-core box).
     per_call = candidate["load"] / entry["calls"], calibration["load"] / entry["calibration_calls"]
     assert per_call[0] < 4 * per_call[1] + 0.05, per_call
+
+
+# -- the garbage collector kept out of timed work (timing/gc_pause.py) -----------------------------
+
+GARBAGE = DATA / "candidates" / "cyclic_garbage_leaky_relu.py"
+
+
+@pytest.mark.parametrize("pause_gc", [True, False])
+def test_no_collection_runs_inside_the_candidates_timed_request(pause_gc):
+    """A forward that leaves cycles behind (4000 objects a call) triggers collections wherever the
+    collector is on; paused, none runs from the staging to the audit (the worker's own count,
+    Result.env["timed_loop"]), and every cycle is still collected after."""
+    timing = dataclasses.replace(cpu_config().timing_config, pause_gc=pause_gc)
+    result = evaluate(PROBLEM, GARBAGE, cpu_config(timing=True, policy="permissive", timing_config=timing))
+    assert result.passed, result.summary()
+    (entry,) = result.env["timed_loop"]
+    collections = entry["handler_gc"]["collections"] + entry["after_time_gc"]["collections"]
+    if pause_gc:
+        assert collections == 0, entry
+    else:
+        assert collections > 0, entry  # the candidate makes the garbage the test relies on
+
+
+def test_gc_paused_collects_first_and_restores_the_collector():
+    import gc
+
+    from pytest_cudaagent.timing import gc_pause
+
+    watch = gc_pause.GcWatch().install()
+    try:
+        mark = watch.mark()
+        assert gc.isenabled()
+        with gc_pause.paused():
+            assert not gc.isenabled()
+            assert watch.since(mark)["collections"] == 1  # the collection before the block
+        assert gc.isenabled()
+        with gc_pause.paused(enabled=False):
+            assert gc.isenabled()
+        gc.disable()
+        with gc_pause.paused():
+            pass
+        assert not gc.isenabled()  # left as it was found
+    finally:
+        gc.enable()
+        gc.callbacks.remove(watch._callback)
