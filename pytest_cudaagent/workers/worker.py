@@ -9,6 +9,7 @@ times. Neither decides a verdict; the parent compares.
 from __future__ import annotations
 
 import functools
+import gc
 import math
 import os
 import sys
@@ -66,7 +67,14 @@ def serve_requests(conn, handlers: dict) -> None:
         if command == "exit":
             return
         try:
-            conn.send({"kind": command, **handlers[command](*args)})
+            reply = {"kind": command, **handlers[command](*args)}
+            # The request's arguments freed before the reply goes, not when the next request
+            # arrives: the timed sets of a "stage" request are gigabytes of shared memory, and
+            # unmapping them ran in this thread after the "time" request came in, 36-355 ms
+            # before its handler started, inside the evaluator's clock of it (#44: honest level-2
+            # identity candidates flagged timing_unaccounted on the H200).
+            del request, args
+            conn.send(reply)
         except BaseException as error:  # SystemExit from candidate code included
             _reply_error(conn, command, error)
             if not isinstance(error, Exception):
@@ -553,16 +561,15 @@ class ReferenceServer(RequestServer):
         evaluator moved this process onto, as the candidate's are (host_quiet.fit_timed_threads)."""
         import torch
 
-        from ..timing import gc_pause
         from ..timing.host_quiet import fit_timed_threads
 
         threads_before = fit_timed_threads(self.device)
         try:
-            with gc_pause.paused(self.config.timing_config.pause_gc):
-                return self.measure_loop(overlap, staged, count)
+            return self.measure_loop(overlap, staged, count)
         except torch.OutOfMemoryError as error:
             return {"unmeasured": f"no device memory to measure the timed loop's own cost ({str(error)[:200]})"}
         finally:
+            gc.enable()  # paused for the loop (measure_loop)
             if threads_before is not None:
                 torch.set_num_threads(threads_before)
             if self.device.startswith("cuda"):
@@ -571,10 +578,15 @@ class ReferenceServer(RequestServer):
     def measure_loop(self, overlap: bool, staged: bool, count: int) -> dict:
         import torch
 
+        from ..timing import gc_pause
         from ..timing.timer import Clock, OutputCopies, Timer, input_buffers, staged_on_device
 
         config, device = self.config, self.device
         began = time.perf_counter_ns()
+        # Collected here, inside setup_ns (left out of the loop's cost), and paused for the loop
+        # and the reply, as in the candidate's worker (stage ... audit).
+        if config.timing_config.pause_gc:
+            gc_pause.pause()
         warm_sets = self.sets[config.trials:]
         picked = [warm_sets[index % len(warm_sets)] for index in range(count)]
         answer = _to_device(picked[0]["outputs"], device)

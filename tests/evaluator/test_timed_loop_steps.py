@@ -171,3 +171,34 @@ def test_gc_paused_collects_first_and_restores_the_collector():
     finally:
         gc.enable()
         gc.callbacks.remove(watch._callback)
+
+
+def test_a_requests_arguments_are_freed_before_its_reply_goes():
+    """A "stage" request's sets (gigabytes of shared memory, once staged on the device) were freed
+    only when the next request arrived: their unmapping ran after the "time" request came in,
+    inside the evaluator's clock of it (36-355 ms before the handler began on the H200)."""
+    import weakref
+
+    from pytest_cudaagent.workers.worker import serve_requests
+
+    class Sets:
+        pass
+
+    sets = Sets()
+    alive_at_reply = []
+
+    class Conn:
+        def __init__(self, requests):
+            self.requests = requests
+
+        def recv(self):
+            return self.requests.pop(0)
+
+        def send(self, reply):
+            alive_at_reply.append(watched() is not None)
+
+    watched = weakref.ref(sets)
+    conn = Conn([("stage", sets), ("exit",)])
+    del sets
+    serve_requests(conn, {"stage": lambda sets: {"staged": True}})
+    assert alive_at_reply == [False]
