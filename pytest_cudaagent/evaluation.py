@@ -902,7 +902,7 @@ class Evaluation:
         if self.device == "cpu":
             return outside_view.cpu_loop_cost(measured["loop_cpu_ns"], count)
         return outside_view.wall_loop_cost((sent + measured["setup_ns"], received), measured["samples_ms"],
-                                           measured["stamps_ns"])
+                                           measured["stamps_ns"], measured.get("loop_end_ns"))
 
     def _note_timed_loop(self, staged: bool, calls: int, reply: dict, audit: dict, window: tuple[int, int]) -> None:
         """Where the loop around the timed calls spent its time, step by step, by the candidate's

@@ -604,7 +604,8 @@ class ReferenceServer(RequestServer):
                                timed if timed is not None else [chosen["inputs"] for chosen in picked],
                                [chosen["seed"] for chosen in picked], overlap, device, copies)
         return {"samples_ms": loop["samples_ms"], "stamps_ns": loop["stamps_ns"], "setup_ns": setup_ns,
-                "loop_cpu_ns": time.thread_time_ns() - loop_cpu_ns, "steps_ms": loop["steps_ms"]}
+                "loop_cpu_ns": time.thread_time_ns() - loop_cpu_ns, "steps_ms": loop["steps_ms"],
+                "loop_end_ns": time.perf_counter_ns()}  # before the cleanup (outside_view.wall_loop_cost)
 
 
 # ----------------------------------------------------------------------------------------------
