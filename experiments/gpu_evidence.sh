@@ -343,7 +343,7 @@ run_section() {
             timeout --signal=TERM --kill-after=30 "${SHARDS_TIMEOUT_S:-540}" python3 -m experiments.shards \
               --kernelbench "${KERNELBENCH:-.kernelbench}" --level "${SHARDS_LEVEL:-1}" --problem-id "${SHARDS_IDS:-1-24}" \
               --candidates "$dir/candidates" --device cuda --workers 16 \
-              --bench-args="--policy calibration --baselines eager" --out "$dir/runs" --json "$OUT/shards.json"
+              --bench-args="${SHARDS_BENCH_ARGS:---policy calibration --baselines eager}" --out "$dir/runs" --json "$OUT/shards.json"
             cp "$dir/runs/shards.md" "$OUT/" 2>/dev/null
             # Every shard's log, results, run file and pytest.log, and each count's merged leaderboard.
             tar czf "$OUT/shards-runs.tgz" -C "$dir/runs" --exclude=.bench-run --exclude=report.html . ;;
