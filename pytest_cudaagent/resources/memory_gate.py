@@ -347,8 +347,7 @@ class Hold:
                     how = f"without room after waiting {ADMISSION_WAIT_S:.0f} s"
                 if how is not None:
                     self.admitted = how
-                    self._update(dataclasses.replace(self.reservation, waiting_since=0.0))
-                    self.reserve(footprint, admitted=True)
+                    self.reserve(footprint, admitted=True, waiting_since=0.0)  # one write: admitted, no longer waiting
                     break
                 if not self.reservation.waiting_since:  # its need, seen by those that come later
                     device_bytes, host_bytes = _sizes(footprint)
@@ -357,12 +356,14 @@ class Hold:
             time.sleep(ADMISSION_POLL_S)
         self.waited_s += time.perf_counter() - started
 
-    def reserve(self, footprint: Footprint | None, admitted: bool | None = None) -> None:
+    def reserve(self, footprint: Footprint | None, admitted: bool | None = None,
+                waiting_since: float | None = None) -> None:
         """The footprint, once known (and again once measured), for the next admissions."""
         device_bytes, host_bytes = _sizes(footprint)
         self._update(dataclasses.replace(
             self.reservation, device_bytes=device_bytes, host_bytes=host_bytes,
-            admitted=self.reservation.admitted if admitted is None else admitted))
+            admitted=self.reservation.admitted if admitted is None else admitted,
+            waiting_since=self.reservation.waiting_since if waiting_since is None else waiting_since))
 
     def note_processes(self, pids: list[int]) -> None:
         """The pair's worker processes, whose memory counts as taken from its reservation."""

@@ -184,3 +184,26 @@ def test_a_pair_that_waited_longer_than_the_fair_wait_is_served_first(tmp_path, 
             thread.join(WAIT_S)
     assert outcome["waiting"][0].startswith("without room"), outcome
     assert outcome["later"][0].startswith("without room"), outcome
+
+
+def test_an_admission_after_a_wait_writes_its_reservation_once(tmp_path, monkeypatch):
+    """Admitted after waiting: the reservation file is written once, admitted and no longer
+    waiting together (written twice, a pair looking between the writes saw it neither waiting nor
+    admitted, its need counted in neither way)."""
+    monkeypatch.setattr(memory_gate, "ADMISSION_POLL_S", 0.01)
+    looks = iter([None, None, "by footprint"])
+    monkeypatch.setattr(Gate, "_fits", lambda self, footprint, holder, waiting_since: next(looks))
+    written: list[Reservation] = []
+    real_write = memory_gate._write
+    monkeypatch.setattr(memory_gate, "_write", lambda path, reservation: (written.append(reservation),
+                                                                           real_write(path, reservation)))
+    gate = Gate("cpu", root=tmp_path)
+    with gate.shared("admit", "pair") as hold:
+        written.clear()
+        hold.admit(Footprint(0, 2 * GIB))
+        assert hold.admitted == "by footprint"
+    waiting = [r for r in written if r.waiting_since and not r.admitted]
+    admitted = [r for r in written if r.admitted]
+    assert len(waiting) == 1  # its need, once, while it waited
+    assert len(admitted) == 1 and admitted[0].waiting_since == 0.0 and admitted[0].host_bytes == 2 * GIB
+    assert len(written) == 2  # nothing in between
