@@ -388,6 +388,10 @@ class Evaluation:
             # zygote could not fork it).
             result.env.setdefault("workers", {})[side] = (
                 f"{worker.start_method}: {worker.start_error}" if worker.start_error else worker.start_method)
+            # Which process was which, and the most host memory each was seen to hold: what a
+            # kernel's OOM-kill line (a PID, its anon and shmem RSS) is matched against (#38).
+            result.env.setdefault("pids", {"evaluator": os.getpid()})[side] = worker.process.pid
+            result.env.setdefault("peak_rss_gib", {})[side] = round(worker.peak_rss_bytes / 1024**3, 3)
 
     def _close_workers_and_sandbox(self, candidate_worker: Worker | None, reference_worker: Worker | None,
                                    keep_reference: bool) -> None:
