@@ -584,7 +584,7 @@ class ReferenceServer(RequestServer):
         config, device = self.config, self.device
         began = time.perf_counter_ns()
         # Collected here, inside setup_ns (left out of the loop's cost), and paused for the loop
-        # and the reply, as in the candidate's worker (stage ... audit).
+        # (handle_calibrate resumes it), as the candidate's worker is from its stage to its audit.
         if config.timing_config.pause_gc:
             gc_pause.pause()
         warm_sets = self.sets[config.trials:]
