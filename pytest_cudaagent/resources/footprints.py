@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.config import EvalConfig
+from ..rules.outputs import HELD_ON_DEVICE_BUDGET_BYTES
 
 # A CUDA context with torch's kernels loaded; each pair has two (the reference's, the candidate's).
 CONTEXT_BYTES = 512 * 1024**2
@@ -46,15 +47,32 @@ def estimate(measures: Measures, config: EvalConfig, device: str) -> Footprint:
     timing = config.timing_config
     rotating = timing.rotating_inputs if config.timing else 0
     peak = measures.device_peak_bytes or set_bytes
-    held_outputs = max(1, 2 * config.trials - 1) * measures.output_bytes
+    held_calls = max(1, 2 * config.trials - 1)
+    held_outputs = held_calls * measures.output_bytes
     timed_extra = rotating * measures.input_bytes + timing.l2_flush_bytes + timing.fresh_inputs_bytes if config.timing else 0
-    worker_bytes = 2 * peak + max(held_outputs, timed_extra)  # the reference's and the candidate's
     host_sets = (config.trials + rotating) * set_bytes + 2 * set_bytes
     if config.timing:
         host_sets += max(timing.min_samples * set_bytes, timing.fresh_inputs_bytes) + rotating * set_bytes
     if device == "cuda":
-        return Footprint(2 * CONTEXT_BYTES + worker_bytes, host_sets)
+        # Beside each held output, a copy to compare it with at check_held: on the device while
+        # the copies fit HELD_ON_DEVICE_BUDGET_BYTES, else in the candidate's process's own host
+        # memory (outputs.held_copies). Left out, a level-1 pair with 4-6 GiB outputs held nine
+        # such copies (36-46 GiB of anonymous memory) that no admission had counted, and the
+        # kernel's OOM killer ended evaluations at 16 workers on the H200 (#38).
+        copies_on_device = _copies_within(HELD_ON_DEVICE_BUDGET_BYTES, measures.output_bytes, held_calls)
+        copies_on_host = (held_calls - copies_on_device) * measures.output_bytes
+        worker_bytes = 2 * peak + max(held_outputs + copies_on_device * measures.output_bytes, timed_extra)
+        return Footprint(2 * CONTEXT_BYTES + worker_bytes, host_sets + copies_on_host)
+    # On the CPU the held outputs and their copies are both host memory.
+    worker_bytes = 2 * peak + max(2 * held_outputs, timed_extra)  # the reference's and the candidate's
     return Footprint(0, host_sets + worker_bytes)
+
+
+def _copies_within(budget: int, output_bytes: int, calls: int) -> int:
+    """How many of `calls` outputs of `output_bytes` fit the device budget for held copies."""
+    if output_bytes <= 0:
+        return calls
+    return min(calls, budget // output_bytes)
 
 
 class FootprintStore:
