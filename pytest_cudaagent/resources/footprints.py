@@ -56,9 +56,9 @@ def estimate(measures: Measures, config: EvalConfig, device: str) -> Footprint:
     if device == "cuda":
         # Beside each held output, a copy to compare it with at check_held: on the device while
         # the copies fit HELD_ON_DEVICE_BUDGET_BYTES, else in the candidate's process's own host
-        # memory (outputs.held_copies). Left out, a level-1 pair with 4-6 GiB outputs held nine
-        # such copies (36-46 GiB of anonymous memory) that no admission had counted, and the
-        # kernel's OOM killer ended evaluations at 16 workers on the H200 (#38).
+        # memory (outputs.held_copies). Left out: a level-1 pair with 4 GiB outputs held nine such
+        # copies no admission had counted, and the kernel's OOM killer's victims at 16 workers on
+        # the H200 held 30-46 GiB of anonymous memory (#38; Result.env.pids names them now).
         copies_on_device = _copies_within(HELD_ON_DEVICE_BUDGET_BYTES, measures.output_bytes, held_calls)
         copies_on_host = (held_calls - copies_on_device) * measures.output_bytes
         worker_bytes = 2 * peak + max(held_outputs + copies_on_device * measures.output_bytes, timed_extra)
