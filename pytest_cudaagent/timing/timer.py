@@ -151,8 +151,9 @@ def pages_in_place(input_sets: Sequence[Sequence[object]]) -> int:
     loop: each set arrives as shared memory this process has never read, and the loop's first
     read of it (loading the set into a buffer, or its copy to the device when the sets are not
     staged) faulted in every page between the timed calls, where the loop the evaluator measures
-    on the reference's worker reads sets already in place (outside_view.LoopCost): on the CPU a
-    small leaky ReLU's loads took 21 ms over 60 calls against the calibration's 1.9 (#44).
+    on the reference's worker reads sets already in place (outside_view.LoopCost). (Most of the
+    CPU loads' excess, 21 ms over 60 calls against the calibration's 1.9, was the sets dropped
+    inside the loop, worker.timed_calls; this removes the page faults that remained, #44.)
     Returns the bytes read."""
     touched = 0
     seen: set[int] = set()

@@ -9,7 +9,6 @@ times. Neither decides a verdict; the parent compares.
 from __future__ import annotations
 
 import functools
-import gc
 import math
 import os
 import sys
@@ -561,6 +560,7 @@ class ReferenceServer(RequestServer):
         evaluator moved this process onto, as the candidate's are (host_quiet.fit_timed_threads)."""
         import torch
 
+        from ..timing import gc_pause
         from ..timing.host_quiet import fit_timed_threads
 
         threads_before = fit_timed_threads(self.device)
@@ -569,7 +569,7 @@ class ReferenceServer(RequestServer):
         except torch.OutOfMemoryError as error:
             return {"unmeasured": f"no device memory to measure the timed loop's own cost ({str(error)[:200]})"}
         finally:
-            gc.enable()  # paused for the loop (measure_loop)
+            gc_pause.resume()  # paused for the loop (measure_loop)
             if threads_before is not None:
                 torch.set_num_threads(threads_before)
             if self.device.startswith("cuda"):
