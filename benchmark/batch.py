@@ -29,6 +29,7 @@ from pytest_cudaagent.core.config import EvalConfig
 from pytest_cudaagent.core.result import Result
 from pytest_cudaagent.records.pairing import Pair
 from pytest_cudaagent.records.results_file import done_keys, pair_key, record_missing
+from pytest_cudaagent.system.cores import usable_cores
 from pytest_cudaagent.system.gpu_pinning import visible_gpus
 from pytest_cudaagent.system.lifetime import PARENT_PID_ENV
 from pytest_cudaagent.terminal import console as console_for_output
@@ -195,7 +196,7 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
     device = batch_device(settings.config.device, gpus)
     if device == "cuda" and not gpus:
         raise BatchError("--device cuda asked for, but no CUDA GPU is visible; use --device cpu")
-    workers = settings.workers or default_workers(device, gpus, os.cpu_count() or 1)
+    workers = settings.workers or default_workers(device, gpus, usable_cores())
     outcome.workers = workers = max(1, min(workers, len(todo)))
 
     run_dir = results_path.parent / ".bench-run"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from pytest_cudaagent.core.config import BASELINE_MODES, EvalConfig, resolve_dev
 from pytest_cudaagent.core.files import BadFileError
 from pytest_cudaagent.options import eval_config, namespace_values
 from pytest_cudaagent.records.user_paths import command_paths
+from pytest_cudaagent.system.cores import usable_cores
 from pytest_cudaagent.system.lifetime import stop_on_sigterm
 from pytest_cudaagent.terminal import console as console_for_output
 from pytest_cudaagent.workers.sandbox import SandboxUnavailable, require_sandbox
@@ -332,7 +332,7 @@ def run_baselines(args) -> int:
     if device == "cuda" and not gpu_count():
         raise UsageError("--device cuda asked for, but no CUDA GPU is visible; use --device cpu")
     problems = _problems(args, out_path.parent / f".{out_path.stem}-problems")
-    workers = args.workers or (min(4, os.cpu_count() or 1) if device == "cuda" else 1)
+    workers = args.workers or (min(4, usable_cores()) if device == "cuda" else 1)
     config = EvalConfig(device=device, baselines=modes)
     console.print(f"baselines: {len(problems)} problem(s), modes {', '.join(modes)}, device {device}", highlight=False)
 

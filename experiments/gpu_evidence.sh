@@ -311,6 +311,34 @@ run_section() {
       echo "$SECONDS $?" >> "$dir/$label/wall.txt"
       mkdir -p "$OUT/under-load-identity-$label" && cp "$dir/$label"/{results.jsonl,pytest.log,leaderboard.md,wall.txt} \
         "$dir/$label/.bench-run/pairs.json" "$OUT/under-load-identity-$label/" ;;
+    # #38 on a machine of several GPUs: the same identity set as one shard per GPU (cudaagent bench
+    # --shard I/N), each shard on its own GPU (CUDA_VISIBLE_DEVICES), its own share of the cores
+    # (taskset: the default workers follow the affinity) and its own lock folder (every shard sees
+    # its GPU as cuda:0), so each is a one-GPU machine's run; merged by `cudaagent leaderboard`.
+    # UL_WORKERS, UL_TIMEOUT_S, IDENTITY_FULL_FROM (a folder of shard-I/results.jsonl) as above.
+    identity-gpus)
+      dir=${IDENTITY_FULL_DIR:-/tmp/identity-full}; label=gpus-${UL_WORKERS:-default}
+      [ -d "$dir/candidates" ] || python3 -m experiments.identity_set --kernelbench "${KERNELBENCH:-.kernelbench}" \
+        --level 1,2,3 --out "$dir/candidates"
+      gpus=$(nvidia-smi -L | wc -l); cores=$(nproc); per=$((cores / gpus))
+      SECONDS=0
+      for i in $(seq 0 $((gpus - 1))); do
+        run=$dir/$label/shard-$i; mkdir -p "$run"
+        if [ -n "${IDENTITY_FULL_FROM:-}" ] && [ -f "$IDENTITY_FULL_FROM/shard-$i/results.jsonl" ] && [ ! -f "$run/results.jsonl" ]; then
+          cp "$IDENTITY_FULL_FROM/shard-$i/results.jsonl" "$run/"
+        fi
+        CUDA_VISIBLE_DEVICES=$i CUDAAGENT_LOCK_DIR=/tmp/locks-shard-$i \
+          timeout --signal=TERM --kill-after=30 "${UL_TIMEOUT_S:-280}" taskset -c "$((i * per))-$((i * per + per - 1))" \
+          cudaagent bench --kernelbench "${KERNELBENCH:-.kernelbench}" --level 1,2,3 --candidates "$dir/candidates" \
+          --no-timing --policy calibration ${UL_WORKERS:+--workers "$UL_WORKERS"} --shard "$i/$gpus" \
+          --out "$run" --resume > "$run/bench.log" 2>&1 &
+      done
+      wait
+      echo "$SECONDS" >> "$dir/$label/wall.txt"
+      cudaagent leaderboard "$dir/$label"/shard-*/results.jsonl --out "$dir/$label/merged"
+      for i in $(seq 0 $((gpus - 1))); do tail -n 4 "$dir/$label/shard-$i/bench.log"; done
+      dmesg 2>/dev/null | grep -i -E "killed process|out of memory" > "$dir/$label/dmesg-oom.txt"
+      tar czf "$OUT/identity-$label.tgz" -C "$dir/$label" --exclude=.bench-run --exclude=report.html . ;;
     # IDENTITY_RUNS: more LABEL=DIR for the report, e.g. #40's identity runs alone and at the default workers.
     # shellcheck disable=SC2086  # one argument per LABEL=DIR
     under-load-report) runs=${UNDER_LOAD_RUNS:-/tmp/under-load-runs}
@@ -351,7 +379,7 @@ run_section() {
             "l2 sandbox faults reward build-speed warm-load side-by-side baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
             "timed-steps timed-path host-quiet-cost identity-make identity-alone identity-batched identity-kernelbench identity-report speed-fidelity-launch-bound" \
             "throughput-harness throughput-sequential throughput-wait throughput-report" \
-            "under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report under-load-identity shards timed-under-load"
+            "under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report under-load-identity identity-gpus shards timed-under-load"
        return 2 ;;
   esac
 }

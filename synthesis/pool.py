@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_cudaagent.core.config import default_memory_cap_gb
+from pytest_cudaagent.system.cores import usable_cores
 from pytest_cudaagent.workers.channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
 
 from .filter_worker import filter_main
@@ -49,7 +50,7 @@ class FilterPool:
             # compiles in the worker's own process rather than starting a pool of compile
             # processes per worker (14 workers x 16 processes, each importing torch). The
             # parallelism is the workers'. An explicit setting in the environment wins.
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers))),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, usable_cores() // workers))),
             "TORCHINDUCTOR_COMPILE_THREADS": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "1"),
         }
         if self.filter_config.device == "cuda" and self.pool_config.gpus > 1:

@@ -9,6 +9,8 @@ import os
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
+from pytest_cudaagent.system.cores import usable_cores
+
 from .environments import Environment, Task
 
 SCORERS = ("inline", "pool", "xdist")
@@ -105,7 +107,7 @@ def scoring_devices(requested: list[str] | None) -> list[str]:
 
     if torch.cuda.is_available():
         return [f"cuda:{index}" for index in range(torch.cuda.device_count())]
-    return ["cpu"] * max(1, (os.cpu_count() or 2) // 2)
+    return ["cpu"] * max(1, usable_cores() // 2)
 
 
 def build_scorer(environment: Environment, mode: str, devices: list[str] | None = None,

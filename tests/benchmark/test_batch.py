@@ -322,3 +322,22 @@ def test_a_pair_whose_pytest_worker_died_gets_a_harness_error_row(tmp_path, monk
     statuses = {Path(result.candidate).name: result.status for result in read_results(tmp_path / "out" / "results.jsonl")}
     assert statuses == {"small_leaky_relu_sample_0.py": "passed", "small_leaky_relu_sample_1.py": "harness_error"}
     assert [Path(result.candidate).name for result in outcome.unreported] == ["small_leaky_relu_sample_1.py"]
+
+
+def test_default_workers_count_the_cores_this_process_may_use_not_the_machines():
+    """A Slurm job, a cpuset container or `taskset` gives a share of the machine: the default
+    worker count follows the affinity (here one core of this machine's), not os.cpu_count()."""
+    import os
+    import subprocess
+    import sys
+
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no CPU affinity on this platform")
+    script = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+              "from pytest_cudaagent.system.cores import usable_cores; "
+              "from benchmark import batch; import inspect; "
+              "print(usable_cores(), os.cpu_count(), 'usable_cores()' in inspect.getsource(batch.run_batch))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == "1"
+    assert out[2] == "True"  # run_batch sizes its default workers by it
+    assert default_workers("cuda", gpus=1, cpus=int(out[0])) == 2
