@@ -414,10 +414,24 @@ def _set_rlimits(limits: dict, report: dict) -> None:
 
 
 def _read_paths(settings: dict) -> list[str]:
-    package = str(Path(__file__).resolve().parents[1])  # pytest_cudaagent/, not only workers/
+    package = Path(__file__).resolve().parents[1]  # pytest_cudaagent/, not only workers/
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     cuda = [os.environ.get(name, "") for name in ("CUDA_HOME", "CUDA_PATH")]
-    return [*SANDBOX_READ_PATHS, *prefixes, *site.getsitepackages(), package, *cuda, *settings["readable"]]
+    return [*SANDBOX_READ_PATHS, *prefixes, *site.getsitepackages(), str(package), *cuda,
+            *_installed_elsewhere(package), *settings["readable"]]
+
+
+def _installed_elsewhere(package: Path) -> list[str]:
+    """Packages the evaluator imports from outside its prefixes: the user's site-packages and
+    PYTHONPATH's folders (`pip install --target DIR` with PYTHONPATH=DIR; a Mamba problem's einops
+    installed so was unreadable to its own identity candidate: a build_error of ours). Not the
+    folder that holds this package's checkout, which `bench` puts on PYTHONPATH for its workers:
+    the checkout may hold the problem files, which the candidate must not read."""
+    folders = [site.getusersitepackages()] if site.ENABLE_USER_SITE else []
+    folders += os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    checkout = package.parent
+    return [folder for folder in folders
+            if folder and Path(folder).is_dir() and Path(folder).resolve() != checkout]
 
 
 def _apply_landlock(libc, settings: dict, report: dict) -> int | bool:

@@ -373,3 +373,25 @@ def _confine_and_report(settings, conn):
 
     seen = {}
     confine(settings, lambda report: conn.send((seen["prepared"], state())), prepare=lambda: seen.update(prepared=state()))
+
+
+def test_a_package_on_pythonpath_outside_the_prefixes_is_importable_sandboxed(tmp_path):
+    """`pip install --target DIR` with PYTHONPATH=DIR (how the GPU machine got einops, which a
+    Mamba problem's own code imports): the candidate may import from DIR, as the evaluator does.
+    In a fresh process, as a user starts one with PYTHONPATH set."""
+    installed = tmp_path / "site"
+    (installed / "extra_helpers_for_sandbox_test").mkdir(parents=True)
+    (installed / "extra_helpers_for_sandbox_test" / "__init__.py").write_text("SLOPE_SIGN = 1.0\n")
+    candidate = tmp_path / "candidate.py"
+    candidate.write_text((ATTACKS / "honest_torch.py").read_text().replace(
+        "import torch.nn as nn\n", "import torch.nn as nn\nimport extra_helpers_for_sandbox_test\n"))
+    script = ("import json, sys; from pytest_cudaagent import evaluate; from tests.helpers import cpu_config; "
+              "r = evaluate(sys.argv[1], sys.argv[2], cpu_config(policy='permissive', trials=1)); "
+              "print(json.dumps([r.status, r.error, bool(r.env['sandbox']['landlock'])]))")
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(installed), str(repo)]))
+    done = subprocess.run([sys.executable, "-c", script, str(PROBLEM), str(candidate)], env=env, cwd=repo,
+                          capture_output=True, text=True, timeout=600)
+    status, error, landlock = json.loads(done.stdout.strip().splitlines()[-1])
+    assert landlock
+    assert status == "passed", error
