@@ -524,7 +524,10 @@ class Evaluation:
             measures = FootprintStore(self.config.cache_dir).get(self.problem, self.device)
         except OSError:
             measures = None
-        if measures is None and hold.admits and reference_worker is not None:
+        # Sized also where nothing is admitted by footprint (the retry alone, the "retry"
+        # policy): the reference's cap leaves out its sets only when their size is known (#38:
+        # level1/96_HuberLoss's reference, retried alone, killed at the cap by its own 40 GiB of sets).
+        if measures is None and reference_worker is not None:
             sized = self._phase("reference", lambda: reference_worker.request(("sizes",), self.config.run_timeout_s),
                                 worker=reference_worker, problem_side=True, record=False)
             if sized["input_bytes"] is not None:
@@ -689,6 +692,8 @@ class Evaluation:
         # return (a search of it for a tensor of the output's shape found these).
         lent_storages = [None if buffer is None else buffer.untyped_storage() for buffer in output_buffers]
         worker.harness_bytes = self._harness_bytes(candidate_inputs + output_buffers, expected)
+        if self.sandbox is not None:
+            self.sandbox.lend_memory(worker.harness_bytes)
         # Untimed work on the device, held here on the worker's behalf (it cannot open the locks).
         with device_work(self.device):
             reply = worker.request(("forward", candidate_inputs, _nbytes(expected), trial_set["seed"], watched,

@@ -98,6 +98,21 @@ class Sandbox:
                 "cgroup_error": self.cgroup_error,
                 "limits": vars(self.limits)}
 
+    def lend_memory(self, harness_bytes: int) -> None:
+        """The cgroup's memory limit raised by what the harness keeps in the candidate's process
+        for the call (the inputs and output buffers it lends, its held output copies), as the
+        evaluator's own watch of the cap leaves them out (channel.Worker.harness_bytes): at full
+        KernelBench sizes those are tens of GiB, and the cgroup alone killed honest candidates."""
+        limit = str(self.memory_bytes + int(harness_bytes * self.limits.memory_headroom))
+        for group in self.cgroup_dirs:
+            for file_name in ("memory.max", "memory.limit_in_bytes"):
+                path = group / file_name
+                if path.exists():
+                    try:
+                        path.write_text(limit)
+                    except OSError:
+                        pass  # the limit as made stands; the watch still applies its own
+
     def close(self) -> None:
         """Kill whatever the candidate left in its cgroup, then remove the cgroup and the scratch."""
         _empty_cgroup(self.cgroup_dirs)

@@ -451,3 +451,39 @@ def test_a_pair_waiting_for_room_is_not_held_up_by_a_retry_waiting_for_it(monkey
         hold.admit(Footprint(0, 8 * 1024**3))  # more than the 1 GiB free
         assert hold.admitted == "alone on the device"
     retry.join(WAIT_S)
+
+
+LARGE_SETS_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.rand(48 * 1024 * 1024)]  # 192 MiB in, 192 MiB out: five sets hold 1.9 GiB
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("policy", ["retry", "admit"])
+def test_the_references_cap_leaves_out_its_sets_whatever_the_memory_policy(tmp_path, policy):
+    """The sets a reference draws sit in its process (shared memory, the harness's transport):
+    its host-memory cap leaves them out once their size is known, also where nothing is admitted
+    by footprint (the "retry" policy; a retry alone). level1/96_HuberLoss's reference (five 8 GiB
+    sets), retried alone on an H200, was killed at the 32 GiB cap by its own sets."""
+    problem = tmp_path / "large_sets.py"
+    problem.write_text(LARGE_SETS_PROBLEM)
+    candidate = tmp_path / "candidate.py"
+    candidate.write_text(LARGE_SETS_PROBLEM.replace("class Model(", "class ModelNew("))
+    config = cpu_config(policy="permissive", memory_policy=policy, memory_cap_gb=1.2,
+                        cache_dir=tmp_path / "cache", timing=False)
+    result = evaluate(problem, candidate, config)
+    assert result.passed, result.summary()
+    assert result.env["peak_rss_gib"]["reference"] > 1.2  # its sets counted beyond the cap, not in it
