@@ -223,6 +223,7 @@ class Evaluation:
                              convention=config.convention)
         self.protected_hashes = candidate.protected_hashes(problem)
         self.sandbox: Sandbox | None = None
+        self.reference_host_transfers: frozenset[str] = frozenset()  # worker.audited_reference
         self._workers: dict[str, Worker] = {}  # by side, kept for their request times (Result.profile)
         # Fresh sets asked of the reference ahead of the timing (_ask_fresh_sets_ahead).
         self._fresh_pending = False
@@ -294,6 +295,7 @@ class Evaluation:
             reference = self._phase("reference", lambda: kept.prepared if kept is not None else reference_worker.receive(
                 self.config.run_timeout_s, label="prepare"), worker=reference_worker, problem_side=True)
             self._prepared = reference
+            self.reference_host_transfers = frozenset(reference.get("host_transfers") or ())
             self._note_footprint(reference)
             result.backend_settings = {"configured": reference["backend_settings"]}
             self._note_stateful_reference(reference.get("stateful"))
@@ -1055,6 +1057,10 @@ class Evaluation:
 
     def _add_violations(self, violations: list[Violation]) -> None:
         for violation in violations:
+            if self._as_the_reference_does(violation):
+                self._add_warnings([Violation(REFERENCE_HOST_TRANSFER, f"{violation.detail}, as the problem's "
+                                              "own reference does in its forward")])
+                continue
             if violation not in self.result.violations:
                 self.result.violations.append(violation)
 
@@ -1070,6 +1076,14 @@ class Evaluation:
             f"{self.config.timing_config.quiet_wait_s:.0f} s, so its time may be too long: "
             f"{beside or 'whose work it was is not known'}")])
         return False
+
+    def _as_the_reference_does(self, violation: Violation) -> bool:
+        """A host transfer the problem's own reference makes (worker.audited_reference), where
+        the policy allows PyTorch's glue: the candidate copies what the problem does (its
+        reference moves a tensor attribute through the host), not a computation of its own on
+        the host. The strict policy keeps every one."""
+        return (violation.rule == "host_compute" and self.policy.allow_torch_compute
+                and violation.detail.split(" (at ")[0] in self.reference_host_transfers)
 
     def _add_warnings(self, warnings: list[Violation]) -> None:
         for warning in warnings:
@@ -1146,6 +1160,8 @@ class Evaluation:
 
 
 OUTPUT_UNREADABLE = "an output could not be read (see violations)"
+# A warning, not a violation: the candidate's host transfer is one its problem's reference makes.
+REFERENCE_HOST_TRANSFER = "host_transfer_as_reference"
 
 
 class _Stop(Exception):

@@ -326,6 +326,9 @@ class ReferenceServer(RequestServer):
         # Why the reference keeps state across calls (None: it does not, as far as seen).
         self.stateful: str | None = None
         self.inputs_on_device = True  # get_inputs can make its tensors on the GPU (draw_inputs)
+        # The host transfers the reference's own forward makes (its first call, audited as a
+        # candidate's is): a candidate making the same one is doing what the problem does.
+        self.host_transfers: list[str] | None = None
 
     def import_problem(self) -> bool:
         """The problem's module; on failure an "import" error reply, and False."""
@@ -354,6 +357,20 @@ class ReferenceServer(RequestServer):
                 raise
             raise RuntimeError(training_mode_hint(error)) from error
         return outputs if isinstance(outputs, (tuple, list)) else [outputs]
+
+    def audited_reference(self, inputs: list, seed: int) -> list:
+        """The reference's call under the candidate's operator audit (rules/guards.py), keeping
+        the host transfers it makes (level3/33_VanillaRNN copies its input into a CPU tensor
+        attribute, then moves it back: its own code, given as the candidate, was host_compute)."""
+        from ..rules.guards import ForwardGuard
+        from ..rules.rules import get_policy
+
+        guard = ForwardGuard(get_policy(self.config.policy), self.device, watch_host=False,
+                             model_of=lambda: self.model)
+        outputs = guard(lambda: self.run_reference(inputs, seed))
+        self.host_transfers = sorted({finding.detail.split(" (at ")[0] for finding in guard.findings.drain()
+                                      if finding.rule == "host_compute"})
+        return outputs
 
     def draw_sets(self, count: int, trials: int = 0) -> list[dict]:
         import torch
@@ -400,7 +417,10 @@ class ReferenceServer(RequestServer):
             inputs = self.draw_inputs(seed)
             sent_inputs = _to_send(inputs)  # before the call: a reference may change its inputs
             started = time.perf_counter()
-            outputs = _to_send(self.run_reference(inputs, seed))  # the copy waits for the device
+            if self.host_transfers is None:
+                outputs = _to_send(self.audited_reference(inputs, seed))
+            else:
+                outputs = _to_send(self.run_reference(inputs, seed))  # the copy waits for the device
             self.forward_ms = min(self.forward_ms, 1000 * (time.perf_counter() - started))
             drawn = {"seed": seed, "inputs": sent_inputs, "outputs": outputs}
             if 0 < position < trials and (position == 1 or self.stateful):
@@ -459,6 +479,7 @@ class ReferenceServer(RequestServer):
         return {"init_inputs": _to_send(init_inputs), "state_dict": state_dict, "seed": construction_seed,
                 "sets": self.sets, "backend_settings": self.configured.to_dict(),
                 "forward_ms": self.forward_ms if set_count else None, "stateful": self.stateful,
+                "host_transfers": self.host_transfers or [],
                 # The problem's device footprint while preparing (footprints.Measures).
                 "device_peak_bytes": torch.cuda.max_memory_reserved() if self.device.startswith("cuda") else 0}
 

@@ -57,3 +57,64 @@ def test_without_a_model_every_scalar_read_is_host_compute():
     guard = ForwardGuard(get_policy("permissive"), "cpu", watch_host=False)
     guard(lambda: torch.tensor(2.0).item())
     assert {violation.rule for violation in guard.findings.drain()} == {"host_compute"}
+
+
+# A problem whose own forward reads a scalar of its input (a normalisation by the input's peak,
+# as some KernelBench references do with `.item()`; level3/33_VanillaRNN moves a tensor
+# attribute through the host instead, the GPU form in tests/gpu/test_reference_host_transfer.py).
+PEAK_NORMALISED = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x / float(x.abs().max())
+
+
+def get_inputs():
+    return [torch.randn(64, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+# The same scalar read, on a problem whose reference makes none: still host_compute.
+PLAIN_SCALE = PEAK_NORMALISED.replace("x / float(x.abs().max())", "x / 2.0")
+
+
+def _pair(tmp_path, problem_source: str, candidate_forward: str):
+    problem = tmp_path / "problem.py"
+    problem.write_text(problem_source)
+    candidate = tmp_path / "candidate.py"
+    candidate.write_text(PEAK_NORMALISED.replace("class Model(", "class ModelNew(").replace(
+        "return x / float(x.abs().max())", candidate_forward))
+    return problem, candidate
+
+
+def test_a_host_transfer_the_problems_reference_makes_is_a_warning_not_a_violation(tmp_path):
+    from pytest_cudaagent import evaluate
+    from tests.helpers import cpu_config
+
+    problem, candidate = _pair(tmp_path, PEAK_NORMALISED, "return x / float(x.abs().max())")
+    for policy in ("permissive", "calibration"):
+        result = evaluate(problem, candidate, cpu_config(policy=policy, trials=2, timing=False))
+        assert result.passed, result.summary()
+        noted = [w for w in result.warnings if w.rule == "host_transfer_as_reference"]
+        assert len(noted) == 1 and "aten::_local_scalar_dense" in noted[0].detail
+        assert not result.violations
+    strict = evaluate(problem, candidate, cpu_config(policy="strict", trials=2, timing=False))
+    assert not strict.passed and "host_compute" in {v.rule for v in strict.violations}
+
+
+def test_a_host_transfer_the_reference_does_not_make_stays_host_compute(tmp_path):
+    from pytest_cudaagent import evaluate
+    from tests.helpers import cpu_config
+
+    # Variants of a scalar read the reference (x / 2) never makes.
+    for forward in ("return x / (2.0 * float(x.abs().max()) / float(x.abs().max()))",
+                    "return x / (x.sum().item() * 0 + 2.0)"):
+        problem, candidate = _pair(tmp_path, PLAIN_SCALE, forward)
+        result = evaluate(problem, candidate, cpu_config(policy="permissive", trials=2, timing=False))
+        assert not result.passed and result.violations[0].rule == "host_compute", result.summary()
+        assert not [w for w in result.warnings if w.rule == "host_transfer_as_reference"]
