@@ -312,9 +312,10 @@ run_section() {
       mkdir -p "$OUT/under-load-identity-$label" && cp "$dir/$label"/{results.jsonl,pytest.log,leaderboard.md,wall.txt} \
         "$dir/$label/.bench-run/pairs.json" "$OUT/under-load-identity-$label/" ;;
     # #38 on a machine of several GPUs: the same identity set as one shard per GPU (cudaagent bench
-    # --shard I/N), each shard on its own GPU (CUDA_VISIBLE_DEVICES), its own share of the cores
-    # (taskset: the default workers follow the affinity) and its own lock folder (every shard sees
-    # its GPU as cuda:0), so each is a one-GPU machine's run; merged by `cudaagent leaderboard`.
+    # --shard I/N), each shard on its own GPU (CUDA_VISIBLE_DEVICES) and its own share of the cores
+    # (taskset: the default workers follow the affinity), so each is a one-GPU machine's run but
+    # for the host memory, which the memory gates of all GPUs count together (locks and gates are
+    # named by the GPU's UUID); merged by `cudaagent leaderboard`.
     # UL_WORKERS, UL_TIMEOUT_S, IDENTITY_FULL_FROM (a folder of shard-I/results.jsonl) as above.
     identity-gpus)
       dir=${IDENTITY_FULL_DIR:-/tmp/identity-full}; label=gpus-${UL_WORKERS:-default}
@@ -327,7 +328,7 @@ run_section() {
         if [ -n "${IDENTITY_FULL_FROM:-}" ] && [ -f "$IDENTITY_FULL_FROM/shard-$i/results.jsonl" ] && [ ! -f "$run/results.jsonl" ]; then
           cp "$IDENTITY_FULL_FROM/shard-$i/results.jsonl" "$run/"
         fi
-        CUDA_VISIBLE_DEVICES=$i CUDAAGENT_LOCK_DIR=/tmp/locks-shard-$i \
+        CUDA_VISIBLE_DEVICES=$i \
           timeout --signal=TERM --kill-after=30 "${UL_TIMEOUT_S:-280}" taskset -c "$((i * per))-$((i * per + per - 1))" \
           cudaagent bench --kernelbench "${KERNELBENCH:-.kernelbench}" --level 1,2,3 --candidates "$dir/candidates" \
           --no-timing --policy calibration ${UL_WORKERS:+--workers "$UL_WORKERS"} --shard "$i/$gpus" \

@@ -12,7 +12,10 @@ on the meta device; a pair of unknown size is admitted at once. A pair that fits
 waits for room, unless that one has waited longer than ADMISSION_FAIR_S: its need is then set
 aside first.
 
-Every evaluating process of the machine meets at one directory per device (`gate_root`), beside
+The host's memory and /dev/shm are one machine's, whatever GPU a pair runs on: an admission counts
+what the pairs of every device's gate reserved of them and have not taken (a run over several
+GPUs, or one run per GPU, shares them). Every evaluating process of the machine meets at one
+directory per device (`gate_root`), beside
 the timing locks' directory and not in it: the sandbox lets candidates write there, and a
 candidate must neither hold the gate nor forge a reservation. Holding the gate alone does not
 evict what lives outside an evaluation: another evaluating process's kept reference
@@ -231,10 +234,15 @@ class Gate:
         admitted = [other for other in running if other.admitted]
         starving = [other for other in running if not other.admitted and other.waiting_since
                     and other.waiting_since < waiting_since and time.time() - other.waiting_since > ADMISSION_FAIR_S]
-        if not admitted and not starving:
+        # The other GPUs' pairs share this machine's host memory and /dev/shm: what they reserved
+        # and have not taken counts here too (#38: four GPUs of one host, each admitting by its
+        # own gate alone, overcommitted 512 GiB and the kernel's OOM killer took references).
+        elsewhere = [other for other in self.running_on_other_devices() if other.admitted and other.pending]
+        if not admitted and not starving and not elsewhere:
             return "alone on the device"
         device_free, host_free = free_memory(self.device)
         pending_device, pending_host = still_to_take([other for other in admitted if other.pending], self.device)
+        pending_host += still_to_take(elsewhere, "host")[1]
         pending_device += sum(other.device_bytes for other in starving)
         pending_host += sum(other.host_bytes for other in starving)
         device_room = None if device_free is None else device_free - pending_device
@@ -251,21 +259,14 @@ class Gate:
 
     def running(self, besides: str | None = None) -> list[Reservation]:
         """Every live holder's reservation but `besides`; a holder whose process died is removed."""
-        found = []
-        for lock_path in self.holders.glob("*.lock"):
-            holder = lock_path.stem
-            if holder == besides or holder.startswith("."):  # a hidden one is still being registered
-                continue
-            state = _holder_state(lock_path)
-            if state == "dead":
-                for stale in (lock_path, lock_path.with_suffix(".json")):
-                    stale.unlink(missing_ok=True)
-            if state != "alive":
-                continue
-            try:
-                found.append(Reservation(**json.loads(lock_path.with_suffix(".json").read_text())))
-            except (OSError, ValueError, TypeError):  # being rewritten: counted, its sizes unknown
-                found.append(Reservation())
+        return _running(self.holders, besides)
+
+    def running_on_other_devices(self) -> list[Reservation]:
+        """The live reservations at the other devices' gates of this machine (gate_root)."""
+        found: list[Reservation] = []
+        for other in self.root.parent.iterdir():
+            if other != self.root and (other / "holders").is_dir():
+                found += _running(other / "holders", None)
         return found
 
     def _register(self, reservation: Reservation, alone: bool) -> Hold:
@@ -395,6 +396,27 @@ class Hold:
             path.unlink(missing_ok=True)
         self._handle.close()
         self._handle = None
+
+
+def _running(holders: Path, besides: str | None) -> list[Reservation]:
+    """Every live holder's reservation in a gate's holders folder but `besides`; a holder whose
+    process died is removed."""
+    found = []
+    for lock_path in holders.glob("*.lock"):
+        holder = lock_path.stem
+        if holder == besides or holder.startswith("."):  # a hidden one is still being registered
+            continue
+        state = _holder_state(lock_path)
+        if state == "dead":
+            for stale in (lock_path, lock_path.with_suffix(".json")):
+                stale.unlink(missing_ok=True)
+        if state != "alive":
+            continue
+        try:
+            found.append(Reservation(**json.loads(lock_path.with_suffix(".json").read_text())))
+        except (OSError, ValueError, TypeError):  # being rewritten: counted, its sizes unknown
+            found.append(Reservation())
+    return found
 
 
 def _sizes(footprint: Footprint | None) -> tuple[int, int]:

@@ -487,3 +487,36 @@ def test_the_references_cap_leaves_out_its_sets_whatever_the_memory_policy(tmp_p
     result = evaluate(problem, candidate, config)
     assert result.passed, result.summary()
     assert result.env["peak_rss_gib"]["reference"] > 1.2  # its sets counted beyond the cap, not in it
+
+
+def test_admission_counts_what_the_other_gpus_pairs_reserved_of_the_host(tmp_path, monkeypatch):
+    """Two GPUs of one host, one gate each: host memory 10 GiB free; GPU 0's pair reserved 8 GiB
+    of host memory it has not taken yet; GPU 1's pair of 4 GiB, alone on its own GPU, still waits
+    for the host memory, until GPU 0's pair has taken its own (#38: four GPUs' gates each
+    admitting alone overcommitted the host and the kernel's OOM killer took references)."""
+    gib = 1024**3
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.device_key", lambda device: device.replace(":", "-"))
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.free_memory", lambda device: (80 * gib, 10 * gib))
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.shared_memory_free", lambda: 64 * gib)
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.ADMISSION_POLL_S", 0.01)
+    root = tmp_path / "gates"
+    first_gpu, second_gpu = Gate("cuda:0", root=root), Gate("cuda:1", root=root)
+    events: list[str] = []
+    with first_gpu.shared("admit", "big") as running:
+        running.admit(Footprint(0, 8 * gib))
+        with second_gpu.shared("admit", "small device, no host") as light:
+            light.admit(Footprint(1 * gib, 1 * gib))  # fits beside the 8 GiB: admitted at once
+            events.append(light.admitted)
+
+        def admit() -> None:
+            with second_gpu.shared("admit", "small") as hold:
+                hold.admit(Footprint(0, 4 * gib))
+                events.append(hold.admitted)
+
+        waiting = threading.Thread(target=admit)
+        waiting.start()
+        waiting.join(1.0)
+        events.append("settled")
+        running.settle()
+        waiting.join(WAIT_S)
+    assert events == ["by footprint", "settled", "alone on the device"]
