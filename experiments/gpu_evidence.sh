@@ -340,6 +340,25 @@ run_section() {
       for i in $(seq 0 $((gpus - 1))); do tail -n 4 "$dir/$label/shard-$i/bench.log"; done
       dmesg 2>/dev/null | grep -i -E "killed process|out of memory" > "$dir/$label/dmesg-oom.txt"
       tar czf "$OUT/identity-$label.tgz" -C "$dir/$label" --exclude=.bench-run --exclude=report.html . ;;
+    # Identity pairs again, by level and id, all at once at the default workers (e.g. the rows a
+    # full run got wrong, after a fix): RECHECK="1:11,63,94,96 3:33,48,49"; each level's results
+    # under $OUT/recheck-L/.
+    recheck)
+      dir=${RECHECK_DIR:-/tmp/recheck}
+      for entry in ${RECHECK:-1:96}; do
+        level=${entry%%:*}; ids=${entry#*:}
+        [ -d "$dir/candidates-$level" ] || python3 -m experiments.identity_set --kernelbench "${KERNELBENCH:-.kernelbench}" \
+          --level "$level" --out "$dir/candidates-$level"
+        timeout --signal=TERM --kill-after=30 "${RECHECK_TIMEOUT_S:-420}" cudaagent bench --kernelbench "${KERNELBENCH:-.kernelbench}" \
+          --level "$level" --problem-id "$ids" --candidates "$dir/candidates-$level" --no-timing --policy calibration \
+          --out "$dir/level$level" --resume > "$dir/level$level.log" 2>&1 &
+      done
+      wait
+      for entry in ${RECHECK:-1:96}; do
+        level=${entry%%:*}; mkdir -p "$OUT/recheck-$level"
+        cp "$dir/level$level"/{results.jsonl,leaderboard.md} "$dir/level$level.log" "$OUT/recheck-$level/" 2>/dev/null
+        python3 -c "import json,sys; [print(r['status'], r['problem'].split('/')[-1], (r.get('error') or '')[:200], [w['rule'] for w in r['warnings']]) for r in map(json.loads, open(sys.argv[1]))]" "$dir/level$level/results.jsonl"
+      done ;;
     # IDENTITY_RUNS: more LABEL=DIR for the report, e.g. #40's identity runs alone and at the default workers.
     # shellcheck disable=SC2086  # one argument per LABEL=DIR
     under-load-report) runs=${UNDER_LOAD_RUNS:-/tmp/under-load-runs}
@@ -380,7 +399,7 @@ run_section() {
             "l2 sandbox faults reward build-speed warm-load side-by-side baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
             "timed-steps timed-path host-quiet-cost identity-make identity-alone identity-batched identity-kernelbench identity-report speed-fidelity-launch-bound" \
             "throughput-harness throughput-sequential throughput-wait throughput-report" \
-            "under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report under-load-identity identity-gpus shards timed-under-load"
+            "under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report under-load-identity identity-gpus recheck shards timed-under-load"
        return 2 ;;
   esac
 }
