@@ -166,7 +166,10 @@ class _Attempt:
         result.env["memory"] = self.hold_note()
         if retried and first is not None:
             result.env["retried"] = {"why": retried, "first": f"{first.status()}: {first.error()[-500:]}",
-                                     "waited_alone_s": round(self.hold.waited_s, 2)}
+                                     "waited_alone_s": round(self.hold.waited_s, 2),
+                                     # The first attempt's processes: what a kernel's OOM-kill
+                                     # line names when that attempt was the one killed.
+                                     "first_pids": dict(getattr(first.evaluation.result, "env", {}).get("pids") or {})}
             if first.evaluation.killed_from_outside:
                 result.warnings.append(Violation(outside_kill.RULE, outside_kill.first_outcome(
                     first.status(), first.error())))

@@ -204,6 +204,9 @@ def test_out_of_memory_while_another_evaluation_shares_the_device_is_retried_alo
     retried = result.env["retried"]
     assert retried["why"].startswith("out of memory while 1 other evaluation(s) shared the device")
     assert "Tried to allocate 2.00 GiB" in retried["why"] and retried["first"].startswith("runtime_error")
+    # Both attempts' processes named, to match a kernel's OOM-kill line to the attempt it killed.
+    assert retried["first_pids"]["candidate"] != result.env["pids"]["candidate"]
+    assert retried["first_pids"]["evaluator"] == result.env["pids"]["evaluator"]
     assert result.env["memory"]["gate"] == "alone"
 
 
