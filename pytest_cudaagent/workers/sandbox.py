@@ -70,6 +70,7 @@ class Sandbox:
     cgroup_dirs: list[Path] = field(default_factory=list)
     cgroup_kind: str = ""
     cgroup_error: str = ""  # why no cgroup could be made here, for the report
+    lent_bytes: int = 0  # the most the harness has lent the candidate's process (lend_memory)
 
     @classmethod
     def create(cls, build_dir: Path, readable: list[Path], limits: SandboxLimits, memory_cap_gb: float) -> Sandbox:
@@ -103,6 +104,11 @@ class Sandbox:
         for the call (the inputs and output buffers it lends, its held output copies), as the
         evaluator's own watch of the cap leaves them out (channel.Worker.harness_bytes): at full
         KernelBench sizes those are tens of GiB, and the cgroup alone killed honest candidates."""
+        # Never lowered: a limit written below what the group holds makes the kernel reclaim or
+        # OOM-kill at once, and what was lent for an earlier call may still be in its pages.
+        if harness_bytes <= self.lent_bytes:
+            return
+        self.lent_bytes = harness_bytes
         limit = str(self.memory_bytes + int(harness_bytes * self.limits.memory_headroom))
         for group in self.cgroup_dirs:
             for file_name in ("memory.max", "memory.limit_in_bytes"):

@@ -523,3 +523,23 @@ def test_admission_counts_what_the_other_gpus_pairs_reserved_of_the_host(tmp_pat
         running.settle()
         waiting.join(WAIT_S)
     assert events == ["by footprint", "settled", "alone on the device"]
+
+
+def test_the_candidates_cgroup_grows_with_what_is_lent_and_never_shrinks(tmp_path):
+    """Sandbox.lend_memory: the cgroup's limit is the cap plus what the harness lends (times the
+    headroom), raised as the loans grow and never lowered (a limit below what the group holds
+    makes the kernel reclaim or OOM-kill at once)."""
+    from pytest_cudaagent.core.config import SandboxLimits
+    from pytest_cudaagent.workers.sandbox import Sandbox
+
+    group = tmp_path / "cgroup"
+    group.mkdir()
+    (group / "memory.max").write_text("1000")
+    limits = SandboxLimits()
+    sandbox = Sandbox(tmp_path / "scratch", tmp_path / "build", [], limits, 1000, cgroup_dirs=[group])
+    sandbox.lend_memory(200)
+    assert int((group / "memory.max").read_text()) == 1000 + int(200 * limits.memory_headroom)
+    sandbox.lend_memory(50)
+    assert int((group / "memory.max").read_text()) == 1000 + int(200 * limits.memory_headroom)
+    sandbox.lend_memory(400)
+    assert int((group / "memory.max").read_text()) == 1000 + int(400 * limits.memory_headroom)

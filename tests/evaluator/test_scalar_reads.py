@@ -118,3 +118,21 @@ def test_a_host_transfer_the_reference_does_not_make_stays_host_compute(tmp_path
         result = evaluate(problem, candidate, cpu_config(policy="permissive", trials=2, timing=False))
         assert not result.passed and result.violations[0].rule == "host_compute", result.summary()
         assert not [w for w in result.warnings if w.rule == "host_transfer_as_reference"]
+
+
+def test_a_reference_that_fails_under_the_audit_is_run_as_before(tmp_path):
+    """The audit of the reference's first call (worker.audited_reference) is ours: where the
+    reference cannot run under it, the call is made again without it, and the problem is judged
+    as before, not made a problem_error."""
+    from pytest_cudaagent import evaluate
+    from tests.helpers import cpu_config
+
+    refuses_modes = PLAIN_SCALE.replace(
+        "        return x / 2.0\n",
+        "        from torch.utils._python_dispatch import _get_current_dispatch_mode\n"
+        "        if _get_current_dispatch_mode() is not None:\n"
+        "            raise RuntimeError('not under a dispatch mode')\n"
+        "        return x / 2.0\n")
+    problem, candidate = _pair(tmp_path, refuses_modes, "return x * 0.5")
+    result = evaluate(problem, candidate, cpu_config(policy="permissive", trials=2, timing=False))
+    assert result.passed, result.summary()
