@@ -261,7 +261,7 @@ class Evaluation:
         self.reference_killed_from_outside = False
         # Bytes of the correctness calls' outputs the candidate's worker keeps copies of, on its
         # device and on the host (_harness_bytes).
-        self._held_on_device = self._held_on_host = 0
+        self._held_copy_bytes = self._held_on_host = 0
 
     # -- orchestration --------------------------------------------------------------------------
 
@@ -738,15 +738,17 @@ class Evaluation:
         host-memory cap does not count (#38: level1/7_Matmul_with_small_K_dimension_'s own Model
         was killed at 32 GiB holding nine 4 GiB output copies of ours): the buffers lent for the
         call and the previous one (the unwatched call's, not yet given back), and the host copies
-        worker.forward keeps of every correctness call's outputs until check_held (beyond
-        outputs.HELD_ON_DEVICE_BUDGET_BYTES on a GPU; on the CPU the outputs themselves too).
+        worker.forward keeps of every correctness call's outputs until check_held (on the CPU:
+        the outputs themselves, and their copies while they fit outputs.HELD_ON_DEVICE_BUDGET_BYTES;
+        beyond it, and on a GPU, none on the host: a device copy or a digest).
         From the reference's sizes, never from the worker's word."""
         lent_bytes = sum(_nbytes([value for value in trees.tensors(lent) if type(value) is torch.Tensor]))  # nested too
         for nbytes in _nbytes(expected):
-            if self.device != "cpu" and self._held_on_device + nbytes <= HELD_ON_DEVICE_BUDGET_BYTES:
-                self._held_on_device += nbytes
-            else:
-                self._held_on_host += nbytes * (2 if self.device == "cpu" else 1)
+            copied = self._held_copy_bytes + nbytes <= HELD_ON_DEVICE_BUDGET_BYTES  # else a digest
+            if copied:
+                self._held_copy_bytes += nbytes
+            if self.device == "cpu":  # the output itself, and its copy where it has one
+                self._held_on_host += nbytes * (2 if copied else 1)
         # and the inputs' snapshot the worker takes around the call (outputs.device_snapshot)
         snapshot = trees.nbytes(lent[:len(lent) - len(expected)]) if self.device == "cpu" else 0
         return 2 * lent_bytes + snapshot + self._held_on_host

@@ -53,18 +53,17 @@ def estimate(measures: Measures, config: EvalConfig, device: str) -> Footprint:
     host_sets = (config.trials + rotating) * set_bytes + 2 * set_bytes
     if config.timing:
         host_sets += max(timing.min_samples * set_bytes, timing.fresh_inputs_bytes) + rotating * set_bytes
+    # Beside each held output, a copy to compare it with at check_held while the copies fit
+    # HELD_ON_DEVICE_BUDGET_BYTES (on the device, or host memory on the CPU); beyond it a digest
+    # of a few bytes (outputs.held_copies). Before the digest those were host copies: a level-1
+    # pair with 4 GiB outputs held nine, and the kernel's OOM killer's victims at 16 workers on
+    # the H200 held 30-46 GiB of that anonymous memory (#38).
+    copies = _copies_within(HELD_ON_DEVICE_BUDGET_BYTES, measures.output_bytes, held_calls) * measures.output_bytes
     if device == "cuda":
-        # Beside each held output, a copy to compare it with at check_held: on the device while
-        # the copies fit HELD_ON_DEVICE_BUDGET_BYTES, else in the candidate's process's own host
-        # memory (outputs.held_copies). Left out: a level-1 pair with 4 GiB outputs held nine such
-        # copies no admission had counted, and the kernel's OOM killer's victims at 16 workers on
-        # the H200 held 30-46 GiB of anonymous memory (#38; Result.env.pids names them now).
-        copies_on_device = _copies_within(HELD_ON_DEVICE_BUDGET_BYTES, measures.output_bytes, held_calls)
-        copies_on_host = (held_calls - copies_on_device) * measures.output_bytes
-        worker_bytes = 2 * peak + max(held_outputs + copies_on_device * measures.output_bytes, timed_extra)
-        return Footprint(2 * CONTEXT_BYTES + worker_bytes, host_sets + copies_on_host)
+        worker_bytes = 2 * peak + max(held_outputs + copies, timed_extra)
+        return Footprint(2 * CONTEXT_BYTES + worker_bytes, host_sets)
     # On the CPU the held outputs and their copies are both host memory.
-    worker_bytes = 2 * peak + max(2 * held_outputs, timed_extra)  # the reference's and the candidate's
+    worker_bytes = 2 * peak + max(held_outputs + copies, timed_extra)  # the reference's and the candidate's
     return Footprint(0, host_sets + worker_bytes)
 
 

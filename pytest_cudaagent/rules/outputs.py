@@ -1,11 +1,13 @@
 """Facts about a candidate's outputs, read in its own process right after `forward`: exact type,
 device, aliasing of inputs. The values travel to the parent as host copies in shared memory for
 comparison; copies kept here to tell later whether a call changed an input or an output it had
-handed out stay on the device while they fit a budget."""
+handed out stay on the device while they fit a budget; beyond it a held output is remembered by a
+digest of its bytes, computed where it lives (`content_digest`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -131,23 +133,87 @@ def unchanged(snapshot: tuple | None, value: object) -> bool:
 
 def held_copies(outputs: object, state: dict) -> list:
     """What check_held compares a held output with: a copy on its device while the evaluation's
-    device copies fit HELD_ON_DEVICE_BUDGET_BYTES (`state["held_on_device_bytes"]`), else a
-    private host copy (never the one sent: that buffer is the evaluator's, lent again)."""
+    copies fit HELD_ON_DEVICE_BUDGET_BYTES (`state["held_on_device_bytes"]`; on the CPU the copy is
+    host memory, in the same budget), else a digest of its bytes (`content_digest`, computed on its
+    device): at KernelBench's full sizes the host copies were nine of 4-6 GiB per pair, 20-39 s of
+    copying and the anonymous memory the kernel's OOM killer took. A private host copy only where
+    no digest can be taken (never the one sent: that buffer is the evaluator's, lent again)."""
     kept = []
     for value in as_output_list(outputs):
         if type(value) is not torch.Tensor:
             kept.append(None)
             continue
         used = state.get("held_on_device_bytes", 0)
-        if value.device.type != "cpu" and used + value.nbytes <= HELD_ON_DEVICE_BUDGET_BYTES:
+        if used + value.nbytes <= HELD_ON_DEVICE_BUDGET_BYTES:
             try:
                 kept.append(value.detach().clone())
                 state["held_on_device_bytes"] = used + value.nbytes
                 continue
             except torch.OutOfMemoryError:
                 pass
+        try:
+            kept.append(HeldDigest.of(value))
+            continue
+        except torch.OutOfMemoryError:
+            pass
         kept.append(value.detach().to("cpu", copy=True))
     return kept
+
+
+# Rows of a held output digested at a time (dim 0), so a non-contiguous output's contiguous
+# copies stay small; elements per chunk at most DIGEST_CHUNK_ELEMENTS.
+DIGEST_CHUNK_ELEMENTS = 1 << 22
+
+
+@dataclass(frozen=True)
+class HeldDigest:
+    """A held output's metadata and a digest of its bytes: the wrapping int64 sum of its words
+    and their sum weighted by position (a changed word, or two words swapped, changes it). The
+    candidate cannot choose what a later call writes into storage it handed out (the new inputs
+    decide the values), so a collision is chance, not design."""
+
+    shape: tuple
+    stride: tuple
+    offset: int
+    dtype: torch.dtype
+    digest: tuple[int, int]
+
+    @classmethod
+    def of(cls, tensor: torch.Tensor) -> HeldDigest:
+        return cls(tuple(tensor.shape), tensor.stride(), tensor.storage_offset(), tensor.dtype,
+                   content_digest(tensor))
+
+    def matches(self, tensor: torch.Tensor) -> bool:
+        return (tuple(tensor.shape), tensor.stride(), tensor.storage_offset(), tensor.dtype) == \
+            (self.shape, self.stride, self.offset, self.dtype) and content_digest(tensor) == self.digest
+
+
+def content_digest(tensor: torch.Tensor) -> tuple[int, int]:
+    """(sum of words, position-weighted sum of words), wrapping int64, over the tensor's bytes in
+    row-major order, computed on its device in chunks of rows."""
+    with torch.no_grad():
+        value = tensor.detach()
+        if value.dim() == 0:
+            value = value.reshape(1)
+        rows = value.shape[0] if value.numel() else 0
+        row_elements = max(1, value.numel() // max(rows, 1))
+        step = max(1, DIGEST_CHUNK_ELEMENTS // row_elements)
+        total = weighted = torch.zeros((), dtype=torch.int64, device=value.device)
+        position = 0
+        for start in range(0, rows, step):
+            flat = value[start:start + step].contiguous().reshape(-1)
+            raw = flat.view(torch.uint8)
+            try:  # four bytes a word where the chunk's length and alignment allow
+                words = raw.view(torch.int32)
+            except RuntimeError:
+                words = raw
+            wide = words.to(torch.int64)
+            index = torch.arange(position, position + wide.numel(), dtype=torch.int64, device=wide.device)
+            index.mul_(0x9E3779B1).add_(0x7F4A7C15).bitwise_and_(0x7FFFFFFF)
+            total = total + wide.sum()
+            weighted = weighted + (wide * index).sum()
+            position += wide.numel()
+        return int(total), int(weighted)
 
 
 def storage_changes(held_outputs: object, copies: list) -> list[Violation]:
@@ -156,7 +222,12 @@ def storage_changes(held_outputs: object, copies: list) -> list[Violation]:
     already handed out (a persistent output buffer, a CUDA graph's static output)."""
     changed = []
     for position, (value, copy) in enumerate(zip(as_output_list(held_outputs), copies, strict=False)):
-        if type(value) is torch.Tensor and isinstance(copy, torch.Tensor) and value.numel():
+        if type(value) is torch.Tensor and isinstance(copy, HeldDigest):
+            if not copy.matches(value):
+                changed.append(Violation(
+                    "output_reused", f"forward returned output {position} in storage that a later call overwrote; "
+                    "a caller holding an earlier result sees it change"))
+        elif type(value) is torch.Tensor and isinstance(copy, torch.Tensor) and value.numel():
             if not same_values(copy, value.detach().to(copy.device)):
                 changed.append(Violation(
                     "output_reused", f"forward returned output {position} in storage that a later call overwrote; "

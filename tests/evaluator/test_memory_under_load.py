@@ -403,20 +403,20 @@ def test_the_footprint_counts_every_held_output_and_both_processes():
     on_gpu = estimate(measures, config, "cuda")
     # two contexts, the reference's and the candidate's peaks, nine correctness calls' outputs held
     assert on_gpu.device_bytes == 2 * (512 << 20) + 2 * (6 << 30) + 9 * (3 << 30)
-    # the trials' sets, one lent set's copies, and the nine held outputs' copies: 3 GiB each is
-    # over the device's budget for them, so all nine are host memory of the candidate's process
+    # the trials' sets and one lent set's copies; the nine held outputs' copies, 3 GiB each, are
+    # over the budget for copies: digests, no host memory (before: nine 3 GiB host copies)
     sets = (5 + 2) * (6 << 30)
-    assert on_gpu.host_bytes == sets + 9 * (3 << 30)
+    assert on_gpu.host_bytes == sets
     on_cpu = estimate(measures, config, "cpu")
-    # on the CPU the held outputs and their copies are both host memory
-    assert on_cpu.device_bytes == 0 and on_cpu.host_bytes == sets + 2 * (6 << 30) + 2 * 9 * (3 << 30)
+    # on the CPU the held outputs are host memory, and their copies while within the budget (none here)
+    assert on_cpu.device_bytes == 0 and on_cpu.host_bytes == sets + 2 * (6 << 30) + 9 * (3 << 30)
 
 
-def test_held_copies_within_the_device_budget_count_on_the_device_the_rest_on_the_host():
+def test_held_copies_within_the_device_budget_count_on_the_device_the_rest_nowhere():
     """outputs.held_copies keeps a copy on the device while the copies fit
-    HELD_ON_DEVICE_BUDGET_BYTES (1 GiB): of nine 300 MiB outputs three copies fit there, six go to
-    the candidate's host memory (#38: nine 4-6 GiB host copies no admission counted ended
-    evaluations by the OOM killer at 16 workers)."""
+    HELD_ON_DEVICE_BUDGET_BYTES (1 GiB): of nine 300 MiB outputs three copies fit there, the six
+    others are digests (#38: nine 4-6 GiB host copies ended evaluations by the OOM killer at 16
+    workers, before the footprint counted them and before the digest)."""
     from pytest_cudaagent.rules.outputs import HELD_ON_DEVICE_BUDGET_BYTES
 
     config = cpu_config(trials=5)
@@ -428,7 +428,9 @@ def test_held_copies_within_the_device_budget_count_on_the_device_the_rest_on_th
     assert fitting == 3
     assert on_gpu.device_bytes == 2 * (512 << 20) + 2 * (2 << 30) + (9 + fitting) * output
     sets = (5 + 2) * 2 * output
-    assert on_gpu.host_bytes == sets + (9 - fitting) * output
+    assert on_gpu.host_bytes == sets
+    on_cpu = estimate(measures, config, "cpu")
+    assert on_cpu.host_bytes == sets + 2 * (2 << 30) + (9 + fitting) * output  # the outputs, three copies
     assert small.host_bytes == (5 + 2) * (output + (1 << 20))  # every copy fits the device: none on the host
 
 

@@ -7,7 +7,7 @@ import torch
 from pytest_cudaagent.core.compare import same_values
 from pytest_cudaagent.core.shared_tensors import SharedBufferPool, shared_copy, shared_empty
 from pytest_cudaagent.rules import outputs
-from pytest_cudaagent.rules.outputs import device_snapshot, held_copies, inspect_outputs, unchanged
+from pytest_cudaagent.rules.outputs import device_snapshot, held_copies, inspect_outputs, storage_changes, unchanged
 
 
 def test_a_shared_copy_is_contiguous_shared_and_equal():
@@ -77,5 +77,8 @@ def test_on_the_gpu_snapshots_and_held_copies_stay_on_the_device_within_their_bu
     kept = held_copies([x, x], state)
     assert [copy.device.type for copy in kept] == ["cuda", "cuda"] and state["held_on_device_bytes"] == 2 * x.nbytes
     monkeypatch.setattr(outputs, "HELD_ON_DEVICE_BUDGET_BYTES", 3 * x.nbytes - 1)
-    kept = held_copies([x], state)  # a third would pass the budget: on the host
-    assert kept[0].device.type == "cpu" and same_values(kept[0], x.cpu())
+    kept = held_copies([x], state)  # a third would pass the budget: a digest, taken on the device
+    assert isinstance(kept[0], outputs.HeldDigest) and kept[0].matches(x)
+    assert not storage_changes([x], kept)
+    x[1, 1] += 1
+    assert storage_changes([x], kept)[0].rule == "output_reused"
