@@ -339,6 +339,12 @@ run_section() {
       cudaagent leaderboard "$dir/$label"/shard-*/results.jsonl --out "$dir/$label/merged"
       for i in $(seq 0 $((gpus - 1))); do tail -n 4 "$dir/$label/shard-$i/bench.log"; done
       dmesg 2>/dev/null | grep -i -E "killed process|out of memory" > "$dir/$label/dmesg-oom.txt"
+      # Both runs merged (the default workers and UL_WORKERS=1): verdicts compared pair by pair.
+      if [ -f "$dir/gpus-default/merged/results.jsonl" ] && [ -f "$dir/gpus-1/merged/results.jsonl" ]; then
+        python3 -m experiments.under_load report default="$dir/gpus-default/merged" alone="$dir/gpus-1/merged" \
+          --json "$dir/$label/under_load_identity.json" --markdown > "$dir/$label/under_load_identity.md"
+        tail -n 30 "$dir/$label/under_load_identity.md"
+      fi
       tar czf "$OUT/identity-$label.tgz" -C "$dir/$label" --exclude=.bench-run --exclude=report.html . ;;
     # Identity pairs again, by level and id, all at once at the default workers (e.g. the rows a
     # full run got wrong, after a fix): RECHECK="1:11,63,94,96 3:33,48,49"; each level's results
