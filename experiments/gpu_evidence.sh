@@ -341,7 +341,7 @@ run_section() {
       dmesg 2>/dev/null | grep -i -E "killed process|out of memory" > "$dir/$label/dmesg-oom.txt"
       # Both runs merged (the default workers and UL_WORKERS=1): verdicts compared pair by pair.
       if [ -f "$dir/gpus-default/merged/results.jsonl" ] && [ -f "$dir/gpus-1/merged/results.jsonl" ]; then
-        python3 -m experiments.under_load report default="$dir/gpus-default/merged" alone="$dir/gpus-1/merged" \
+        python3 -m experiments.under_load report alone="$dir/gpus-1/merged" default="$dir/gpus-default/merged" \
           --json "$dir/$label/under_load_identity.json" --markdown > "$dir/$label/under_load_identity.md"
         tail -n 30 "$dir/$label/under_load_identity.md"
       fi
