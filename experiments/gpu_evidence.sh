@@ -339,9 +339,10 @@ run_section() {
       cudaagent leaderboard "$dir/$label"/shard-*/results.jsonl --out "$dir/$label/merged"
       for i in $(seq 0 $((gpus - 1))); do tail -n 4 "$dir/$label/shard-$i/bench.log"; done
       dmesg 2>/dev/null | grep -i -E "killed process|out of memory" > "$dir/$label/dmesg-oom.txt"
-      # Both runs merged (the default workers and UL_WORKERS=1): verdicts compared pair by pair.
-      if [ -f "$dir/gpus-default/merged/results.jsonl" ] && [ -f "$dir/gpus-1/merged/results.jsonl" ]; then
-        python3 -m experiments.under_load report alone="$dir/gpus-1/merged" default="$dir/gpus-default/merged" \
+      mkdir -p "$dir/$label/all" && cat "$dir/$label"/shard-*/results.jsonl > "$dir/$label/all/results.jsonl"
+      # Both runs whole (the default workers and UL_WORKERS=1): verdicts compared pair by pair.
+      if [ -s "$dir/gpus-default/all/results.jsonl" ] && [ -s "$dir/gpus-1/all/results.jsonl" ]; then
+        python3 -m experiments.under_load report alone="$dir/gpus-1/all" default="$dir/gpus-default/all" \
           --json "$dir/$label/under_load_identity.json" --markdown > "$dir/$label/under_load_identity.md"
         tail -n 30 "$dir/$label/under_load_identity.md"
       fi
