@@ -140,22 +140,25 @@ def held_copies(outputs: object, state: dict) -> list:
     no digest can be taken (never the one sent: that buffer is the evaluator's, lent again)."""
     kept = []
     for value in as_output_list(outputs):
-        if type(value) is not torch.Tensor:
+        # Not a dense tensor (a sparse one): nothing to compare storage with; the output's own
+        # check says it is not the reference's kind of tensor.
+        if type(value) is not torch.Tensor or value.layout != torch.strided:
             kept.append(None)
             continue
         used = state.get("held_on_device_bytes", 0)
-        if used + value.nbytes <= HELD_ON_DEVICE_BUDGET_BYTES:
+        nbytes = value.numel() * value.element_size()  # (Tensor.nbytes raises for a sparse layout)
+        if used + nbytes <= HELD_ON_DEVICE_BUDGET_BYTES:
             try:
                 kept.append(value.detach().clone())
-                state["held_on_device_bytes"] = used + value.nbytes
+                state["held_on_device_bytes"] = used + nbytes
                 continue
             except torch.OutOfMemoryError:
                 pass
         try:
             kept.append(HeldDigest.of(value))
             continue
-        except torch.OutOfMemoryError:
-            pass
+        except (torch.OutOfMemoryError, RuntimeError, TypeError, NotImplementedError):
+            pass  # no byte view of it (a sparse or quantized layout), or no memory for the sums
         kept.append(value.detach().to("cpu", copy=True))
     return kept
 

@@ -75,3 +75,10 @@ def test_within_the_budget_a_copy_beyond_it_a_digest(monkeypatch):
     kept = held_copies([small, torch.randn(16)], state)
     assert isinstance(kept[0], torch.Tensor) and isinstance(kept[1], HeldDigest)
     assert state["held_on_device_bytes"] == small.nbytes
+
+
+def test_a_sparse_output_is_not_held_for_comparison_and_does_not_break_the_check(no_budget):
+    sparse = torch.eye(6).to_sparse()
+    kept = held_copies([sparse, torch.randn(4)], {})
+    assert kept[0] is None and isinstance(kept[1], HeldDigest)
+    assert storage_changes([sparse, torch.randn(4)], kept)[0].detail.startswith("forward returned output 1")
