@@ -4,10 +4,15 @@ shared memory once, lent buffers are reused, and only a changed input travels ba
 import pytest
 import torch
 
-from pytest_cudaagent.core.compare import same_values
 from pytest_cudaagent.core.shared_tensors import SharedBufferPool, shared_copy, shared_empty
 from pytest_cudaagent.rules import outputs
-from pytest_cudaagent.rules.outputs import device_snapshot, held_copies, inspect_outputs, storage_changes, unchanged
+from pytest_cudaagent.rules.outputs import (
+    device_snapshot,
+    held_copies,
+    inspect_outputs,
+    storage_changes,
+    unchanged,
+)
 
 
 def test_a_shared_copy_is_contiguous_shared_and_equal():
