@@ -113,19 +113,27 @@ def test_step_times_from_a_worker_are_numbers_or_dropped():
 @pytest.mark.parametrize("sandbox", [True, False])
 def test_result_reports_the_loops_steps_beside_the_calibrations(sandbox):
     config = dataclasses.replace(cpu_config(timing=True, policy="permissive"), sandbox=sandbox)
-    result = evaluate(PROBLEM, CANDIDATE, config)
-    assert result.passed, result.summary()
-    (entry,) = result.env["timed_loop"]
-    assert entry["staged"] is False  # the CPU never stages
-    assert entry["calls"] == result.timing["candidate"].samples
-    assert entry["calibration_calls"] == max(2, min(entry["calls"], config.timing_config.loop_cost_calls))
-    for side in ("candidate_steps_ms", "calibration_steps_ms"):
-        assert set(LOOP_STEPS) <= set(entry[side]), entry
-    candidate, calibration = entry["candidate_steps_ms"], entry["calibration_steps_ms"]
-    # The sets' loads cost the candidate's loop what they cost the calibration's, per call (a
-    # set dropped or faulted in inside the loop cost 3-10x; the margin is for a loaded 2-core box).
-    per_call = candidate["load"] / entry["calls"], calibration["load"] / entry["calibration_calls"]
-    assert per_call[0] < 4 * per_call[1] + 0.05, per_call
+    per_calls = []
+    # Up to three evaluations: a fault in the loop (a set dropped or faulted in inside it) costs
+    # 3-10x in every one; one stall of a loaded 2-core box (CI's two test workers) costs one run
+    # (8.1 ms a call against 0.12 once, in a full CI run; the same test alone passes).
+    for _ in range(3):
+        result = evaluate(PROBLEM, CANDIDATE, config)
+        assert result.passed, result.summary()
+        (entry,) = result.env["timed_loop"]
+        assert entry["staged"] is False  # the CPU never stages
+        assert entry["calls"] == result.timing["candidate"].samples
+        assert entry["calibration_calls"] == max(2, min(entry["calls"], config.timing_config.loop_cost_calls))
+        for side in ("candidate_steps_ms", "calibration_steps_ms"):
+            assert set(LOOP_STEPS) <= set(entry[side]), entry
+        candidate, calibration = entry["candidate_steps_ms"], entry["calibration_steps_ms"]
+        # The sets' loads cost the candidate's loop what they cost the calibration's, per call.
+        per_call = candidate["load"] / entry["calls"], calibration["load"] / entry["calibration_calls"]
+        per_calls.append(per_call)
+        if per_call[0] < 4 * per_call[1] + 0.05:
+            break
+    else:
+        pytest.fail(f"the candidate's loads cost over 4x the calibration's in three runs: {per_calls}")
 
 
 # -- the garbage collector kept out of timed work (timing/gc_pause.py) -----------------------------

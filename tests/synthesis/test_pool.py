@@ -1,11 +1,11 @@
 """The worker pool: tasks run in child processes; a hang or a crash costs that task only, and
 names the stage it was in; workers share the cores instead of oversubscribing them."""
 
-import os
 import signal
 
 import pytest
 
+from pytest_cudaagent.system.cores import usable_cores
 from synthesis.filters import FilterConfig
 from synthesis.pool import FilterPool, PoolConfig
 from synthesis.stage_log import DONE, read_stage_log
@@ -15,7 +15,7 @@ from .test_filters import HONEST, task
 
 
 def test_pool_survives_crashing_and_hanging_tasks(cpu_filters, tmp_path):
-    threads = os.cpu_count() or 1  # the one worker gets every core; a timed call, no more threads than
+    threads = usable_cores()  # the one worker gets every core it may use; a timed call, no more threads than
     # the cores reserved for it while it holds the timing lock (host_quiet.py)
     settings_checked = task(
         "import os, torch._inductor.config as inductor_config\n"
@@ -49,7 +49,7 @@ def test_pool_survives_crashing_and_hanging_tasks(cpu_filters, tmp_path):
 def test_workers_split_the_cores_and_compile_in_their_own_process(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
-    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr("synthesis.pool.usable_cores", lambda: 16)  # the cores this process may use
     env = FilterPool(FilterConfig(device="cuda"), PoolConfig(workers=14)).worker_env(0)
     assert env == {"OMP_NUM_THREADS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
     env = FilterPool(FilterConfig(device="cuda"), PoolConfig(workers=4, gpus=2)).worker_env(3)
