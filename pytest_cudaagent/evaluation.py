@@ -35,6 +35,7 @@ from .resources.footprints import Footprint, FootprintStore, Measures, estimate
 from .resources.memory_gate import Gate, Hold
 from .resources.out_of_memory import asked_and_had, out_of_memory, verdict_error
 from .rules import outside_view
+from .rules.guards import without_call_site
 from .rules.outputs import HELD_ON_DEVICE_BUDGET_BYTES
 from .rules.provenance import foreign_kernels
 from .rules.rules import get_policy
@@ -1088,7 +1089,7 @@ class Evaluation:
         reference moves a tensor attribute through the host), not a computation of its own on
         the host. The strict policy keeps every one."""
         return (violation.rule == "host_compute" and self.policy.allow_torch_compute
-                and violation.detail.split(" (at ")[0] in self.reference_host_transfers)
+                and without_call_site(violation.detail) in self.reference_host_transfers)
 
     def _add_warnings(self, warnings: list[Violation]) -> None:
         for warning in warnings:

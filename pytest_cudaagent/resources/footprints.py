@@ -59,11 +59,10 @@ def estimate(measures: Measures, config: EvalConfig, device: str) -> Footprint:
     # pair with 4 GiB outputs held nine, and the kernel's OOM killer's victims at 16 workers on
     # the H200 held 30-46 GiB of that anonymous memory (#38).
     copies = _copies_within(HELD_ON_DEVICE_BUDGET_BYTES, measures.output_bytes, held_calls) * measures.output_bytes
+    worker_bytes = 2 * peak + max(held_outputs + copies, timed_extra)  # the reference's and the candidate's
     if device == "cuda":
-        worker_bytes = 2 * peak + max(held_outputs + copies, timed_extra)
         return Footprint(2 * CONTEXT_BYTES + worker_bytes, host_sets)
     # On the CPU the held outputs and their copies are both host memory.
-    worker_bytes = 2 * peak + max(held_outputs + copies, timed_extra)  # the reference's and the candidate's
     return Footprint(0, host_sets + worker_bytes)
 
 

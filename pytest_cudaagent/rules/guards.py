@@ -75,6 +75,12 @@ def _call_site(frame) -> str:
     return f" (at {frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} in {frame.f_code.co_name})"
 
 
+def without_call_site(detail: str) -> str:
+    """A finding's text without the call site _call_site appended: what the operator did, the
+    same wherever in the code it was called (the reference's and the candidate's files differ)."""
+    return detail.split(" (at ")[0]
+
+
 def _tensors(value, depth: int = 0):
     """The tensors in an operator's arguments or results, or in a module attribute: a tensor, or
     one inside a list, tuple or dict (two levels deep at most)."""

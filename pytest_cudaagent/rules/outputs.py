@@ -225,14 +225,15 @@ def storage_changes(held_outputs: object, copies: list) -> list[Violation]:
     already handed out (a persistent output buffer, a CUDA graph's static output)."""
     changed = []
     for position, (value, copy) in enumerate(zip(as_output_list(held_outputs), copies, strict=False)):
-        if type(value) is torch.Tensor and isinstance(copy, HeldDigest):
-            if not copy.matches(value):
-                changed.append(Violation(
-                    "output_reused", f"forward returned output {position} in storage that a later call overwrote; "
-                    "a caller holding an earlier result sees it change"))
-        elif type(value) is torch.Tensor and isinstance(copy, torch.Tensor) and value.numel():
-            if not same_values(copy, value.detach().to(copy.device)):
-                changed.append(Violation(
-                    "output_reused", f"forward returned output {position} in storage that a later call overwrote; "
-                    "a caller holding an earlier result sees it change"))
+        if type(value) is not torch.Tensor:
+            continue
+        if isinstance(copy, HeldDigest):
+            overwritten = not copy.matches(value)
+        else:
+            overwritten = (isinstance(copy, torch.Tensor) and bool(value.numel())
+                           and not same_values(copy, value.detach().to(copy.device)))
+        if overwritten:
+            changed.append(Violation(
+                "output_reused", f"forward returned output {position} in storage that a later call overwrote; "
+                "a caller holding an earlier result sees it change"))
     return changed

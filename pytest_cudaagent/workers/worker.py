@@ -362,7 +362,7 @@ class ReferenceServer(RequestServer):
         """The reference's call under the candidate's operator audit (rules/guards.py), keeping
         the host transfers it makes (level3/33_VanillaRNN copies its input into a CPU tensor
         attribute, then moves it back: its own code, given as the candidate, was host_compute)."""
-        from ..rules.guards import ForwardGuard
+        from ..rules.guards import ForwardGuard, without_call_site
         from ..rules.rules import get_policy
 
         guard = ForwardGuard(get_policy(self.config.policy), self.device, watch_host=False,
@@ -372,7 +372,7 @@ class ReferenceServer(RequestServer):
             outputs = guard(lambda: self.run_reference(inputs, seed))
         except Exception:  # noqa: BLE001 - the audit's own failure is no verdict on the problem
             return self.run_reference(inputs, seed)  # whose own error, if it has one, is raised here
-        self.host_transfers = sorted({finding.detail.split(" (at ")[0] for finding in guard.findings.drain()
+        self.host_transfers = sorted({without_call_site(finding.detail) for finding in guard.findings.drain()
                                       if finding.rule == "host_compute"})
         return outputs
 
