@@ -1,5 +1,6 @@
 """Paths and configs shared by the tests."""
 
+import threading
 from pathlib import Path
 
 from pytest_cudaagent import EvalConfig, TimingConfig
@@ -27,3 +28,16 @@ def outcomes(result) -> set[tuple[str, str | None]]:
     """(status, rule) for each violation of a Result, and (status, None): what an adversarial
     test's expected set is matched against."""
     return {(result.status, violation.rule) for violation in result.violations} | {(result.status, None)}
+
+
+def admitting(gate, footprint, admitted: list, problem: str = "small") -> threading.Thread:
+    """A pair's admission at `gate` (memory_gate.Gate) in a thread of its own, started: how it
+    was admitted is appended to `admitted` once it is, and its hold released at once."""
+    def admit() -> None:
+        with gate.shared("admit", problem) as hold:
+            hold.admit(footprint)
+            admitted.append(hold.admitted)
+
+    thread = threading.Thread(target=admit)
+    thread.start()
+    return thread

@@ -24,6 +24,7 @@ from pytest_cudaagent.resources.memory_gate import (
     shared_memory_held,
     still_to_take,
 )
+from tests.helpers import admitting
 
 MIB = 1024**2
 GIB = 1024**3
@@ -104,15 +105,7 @@ def test_admission_is_not_held_up_by_memory_a_pending_pair_already_took(tmp_path
         running.admit(Footprint(0, 8 * GIB))
         assert gate.running(besides=None)[0].pids == [os.getpid(), running_pid]
         outcome: list[str] = []
-
-        def admit() -> None:
-            with gate.shared("admit", "small") as hold:
-                hold.admit(Footprint(0, 4 * GIB))
-                outcome.append(hold.admitted)
-
-        thread = threading.Thread(target=admit)
-        thread.start()
-        thread.join(WAIT_S)
+        admitting(gate, Footprint(0, 4 * GIB), outcome).join(WAIT_S)
     assert outcome and outcome[0].startswith(admitted), outcome
 
 

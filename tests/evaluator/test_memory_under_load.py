@@ -25,7 +25,7 @@ from pytest_cudaagent.evaluation import evaluate_to_result
 from pytest_cudaagent.resources.footprints import Footprint, FootprintStore, Measures, estimate
 from pytest_cudaagent.resources.memory_gate import Gate
 from pytest_cudaagent.resources.out_of_memory import asked_and_had, out_of_memory
-from tests.helpers import TEST_PROBLEMS, cpu_config
+from tests.helpers import TEST_PROBLEMS, admitting, cpu_config
 
 SMALL_LEAKY = TEST_PROBLEMS / "small_leaky_relu.py"
 # What torch's caching allocator says when a GPU's memory is taken by others.
@@ -347,13 +347,7 @@ def test_admission_waits_until_the_footprint_fits_beside_what_running_pairs_rese
             unknown.admit(None)
             assert unknown.admitted.startswith("unknown footprint")
 
-        def admit() -> None:
-            with gate.shared("admit", "small") as hold:
-                hold.admit(Footprint(0, 4 * gib))
-                events.append(hold.admitted)
-
-        waiting = threading.Thread(target=admit)
-        waiting.start()
+        waiting = admitting(gate, Footprint(0, 4 * gib), events)
         waiting.join(1.0)  # gives a wrong admission time to happen; a right one waits regardless
         events.append("settled")
         running.settle()
@@ -513,13 +507,7 @@ def test_admission_counts_what_the_other_gpus_pairs_reserved_of_the_host(tmp_pat
             light.admit(Footprint(1 * gib, 1 * gib))  # fits beside the 8 GiB: admitted at once
             events.append(light.admitted)
 
-        def admit() -> None:
-            with second_gpu.shared("admit", "small") as hold:
-                hold.admit(Footprint(0, 4 * gib))
-                events.append(hold.admitted)
-
-        waiting = threading.Thread(target=admit)
-        waiting.start()
+        waiting = admitting(second_gpu, Footprint(0, 4 * gib), events)
         waiting.join(1.0)
         events.append("settled")
         running.settle()
