@@ -76,6 +76,10 @@ run_section() {
     # The gpu-marked tests of the files in GPU_TESTS (space-separated), e.g. those a fix touched.
     # shellcheck disable=SC2086  # one argument per file
     gpu-tests) gpu_tests ${GPU_TESTS:-tests/gpu} ;;
+    # #38: a level-1 pair's host steps at full size (copies across the bus plain and registered,
+    # the parent's comparison in one thread and several): experiments/bus_copies.py's table.
+    bus-copies) python3 -m experiments.bus_copies --gib "${BUS_GIB:-1,6}" --repeats "${BUS_REPEATS:-2}" \
+                  --json "$OUT/bus_copies.json" ;;
     # #44: the batch and timer attacks in their GPU forms and the honest GPU code held to the same
     # checks (each one's Result.timed_request in the passing tests' output), the output-memory
     # check on the device, then the CPU forms on this machine's CPU backend (its sandbox and /proc).
@@ -406,7 +410,7 @@ run_section() {
             "l2 sandbox faults reward build-speed warm-load side-by-side baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
             "timed-steps timed-path host-quiet-cost identity-make identity-alone identity-batched identity-kernelbench identity-report speed-fidelity-launch-bound" \
             "throughput-harness throughput-sequential throughput-wait throughput-report" \
-            "under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report under-load-identity identity-gpus recheck shards timed-under-load"
+            "bus-copies under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report under-load-identity identity-gpus recheck shards timed-under-load"
        return 2 ;;
   esac
 }

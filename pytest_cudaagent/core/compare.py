@@ -130,6 +130,10 @@ COMPARE_CHUNK = 1 << 14
 # full sizes (6 GiB outputs, ten correctness calls) the parent's comparison took 43-54 s a pair.
 NUMPY_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 NUMPY_CHUNK = 1 << 18
+# Outputs of at least COMPARE_THREAD_ELEMENTS elements per thread are compared by up to
+# COMPARE_THREADS threads at once (_numpy_errors).
+COMPARE_THREADS = 8
+COMPARE_THREAD_ELEMENTS = 1 << 24
 
 
 def _element_errors(want: torch.Tensor, got: torch.Tensor, tolerance: Tolerance):
@@ -197,14 +201,42 @@ def _numpy_errors(want: torch.Tensor, got: torch.Tensor, tolerance: Tolerance):
     """_element_errors for host floating-point tensors, the same judgement as _chunk_errors
     (tests/evaluator/test_compare_numpy.py holds the two to the same answers). The temporaries
     are made once and written in place: a fresh 1 MiB array per step is a fresh mapping whose
-    pages the kernel zeroes, which made the same comparison ten times slower."""
+    pages the kernel zeroes, which made the same comparison ten times slower. A large output is
+    cut into contiguous parts compared at once by threads (NumPy's loops let the GIL go): one
+    thread took 53 s of a level-1 pair's wall on 5 outputs of 1.6G elements (#38, H200)."""
+    want, got = want.reshape(-1), got.reshape(-1)
+    parts = compare_threads(want.numel())
+    if parts == 1:
+        return _numpy_part_errors(want, got, tolerance)
+    from concurrent.futures import ThreadPoolExecutor
+
+    # Cut on chunk boundaries: each part's chunks are the ones one thread would have compared.
+    chunks = -(-want.numel() // NUMPY_CHUNK)
+    bounds = [NUMPY_CHUNK * (chunks * part // parts) for part in range(parts)] + [want.numel()]
+    with ThreadPoolExecutor(parts, thread_name_prefix="cudaagent-compare") as pool:
+        answers = list(pool.map(lambda part: _numpy_part_errors(want[bounds[part]:bounds[part + 1]],
+                                                                got[bounds[part]:bounds[part + 1]], tolerance),
+                                range(parts)))
+    return (max(answer[0] for answer in answers), max(answer[1] for answer in answers),
+            sum(answer[2] for answer in answers))
+
+
+def compare_threads(numel: int) -> int:
+    """How many threads compare an output of `numel` elements: one per COMPARE_THREAD_ELEMENTS,
+    at most COMPARE_THREADS and the cores this process may use."""
+    from ..system.cores import usable_cores
+
+    return max(1, min(COMPARE_THREADS, usable_cores(), numel // COMPARE_THREAD_ELEMENTS))
+
+
+def _numpy_part_errors(want: torch.Tensor, got: torch.Tensor, tolerance: Tolerance):
+    """One thread's part: its chunks in order, with temporaries of its own."""
     import numpy as np
 
     compute = np.float64 if want.dtype == torch.float64 else np.float32
-    size = min(NUMPY_CHUNK, want.numel())
+    size = max(1, min(NUMPY_CHUNK, want.numel()))
     buffers = _Buffers(np.empty(size, compute), np.empty(size, compute), np.empty(size, compute),
                        np.empty(size, np.bool_))
-    want, got = want.reshape(-1), got.reshape(-1)
     worst_abs, worst_rel, bad = 0.0, 0.0, 0
     with np.errstate(all="ignore"):
         for start in range(0, want.numel(), NUMPY_CHUNK):

@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from .bus_copies import copy_across
 from .tensor_trees import map_tensors, tensors
 
 
@@ -37,7 +38,7 @@ def _shared_tensor_copy(value: torch.Tensor) -> torch.Tensor:
     if type(value) is not torch.Tensor:
         return value
     copy = shared_empty(value.shape, value.dtype)
-    copy.copy_(value.detach())
+    copy_across(copy, value.detach())  # from a device: its pages locked for the one copy
     return copy
 
 

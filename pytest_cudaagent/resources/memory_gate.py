@@ -10,7 +10,7 @@ free memory, device and host, less what admitted pairs reserved and have not yet
 its footprint (`Hold.admit`): known from its problem's earlier runs, else sized by its reference
 on the meta device; a pair of unknown size is admitted at once. A pair that fits passes one that
 waits for room, unless that one has waited longer than ADMISSION_FAIR_S: its need is then set
-aside first.
+aside first, but for pairs SMALL_BESIDE times smaller than it while a large pair it waits for runs.
 
 The host's memory and /dev/shm are one machine's, whatever GPU a pair runs on: an admission counts
 what the pairs of every device's gate reserved of them and have not taken (a run over several
@@ -45,6 +45,9 @@ ADMISSION_WAIT_S = 900.0
 # A pair waiting for room longer than this is served first: pairs that come after it are
 # admitted only into what room its footprint leaves.
 ADMISSION_FAIR_S = 30.0
+# ... except a pair this many times smaller than it, device and host, while a large pair it waits
+# for runs (_passes).
+SMALL_BESIDE = 8
 
 
 @dataclass
@@ -238,7 +241,13 @@ class Gate:
         # and have not taken counts here too (#38: four GPUs of one host, each admitting by its
         # own gate alone, overcommitted 512 GiB and the kernel's OOM killer took references).
         elsewhere = [other for other in self.running_on_other_devices() if other.admitted and other.pending]
-        if not admitted and not starving and not elsewhere:
+        # A small pair passes a starving one while a large pair it waits for still runs: it takes
+        # little of the room the starving one needs and is done long before (level 2 and 3 pairs
+        # waited 100-370 s behind each 100 GiB level-1 pair on the H200 otherwise, #38). Once only
+        # small pairs stand in its way, they wait too, or a stream of them would starve it.
+        starving = [other for other in starving if not _passes(footprint, other, admitted)]
+        alone_here = not admitted and not starving
+        if alone_here and not elsewhere:
             return "alone on the device"
         device_free, host_free = free_memory(self.device)
         pending_device, pending_host = still_to_take([other for other in admitted if other.pending], self.device)
@@ -250,8 +259,11 @@ class Gate:
         # The footprint's host bytes are shared memory: /dev/shm must hold them too.
         shm_free = shared_memory_free()
         shm_room = None if shm_free is None else shm_free - pending_host
-        if (device_room is None or device_room >= footprint.device_bytes) and host_room >= footprint.host_bytes \
-                and (shm_room is None or shm_room >= footprint.host_bytes):
+        # Alone on its device, a pair needs no device room beside anyone: a footprint larger than
+        # the device's free memory (a level-1 pair's nine held 6 GiB outputs on an 80 GiB H100)
+        # fits only so, and other GPUs' pairs are no reason to wait for it.
+        device_fits = alone_here or device_room is None or device_room >= footprint.device_bytes
+        if device_fits and host_room >= footprint.host_bytes and (shm_room is None or shm_room >= footprint.host_bytes):
             return "by footprint"
         return None
 
@@ -396,6 +408,19 @@ class Hold:
             path.unlink(missing_ok=True)
         self._handle.close()
         self._handle = None
+
+
+def _small_beside(first: Footprint | Reservation, second: Reservation) -> bool:
+    """Whether `first` needs at most 1/SMALL_BESIDE of what `second` needs, device and host."""
+    return (first.device_bytes * SMALL_BESIDE <= second.device_bytes
+            and first.host_bytes * SMALL_BESIDE <= second.host_bytes)
+
+
+def _passes(newcomer: Footprint, starving: Reservation, admitted: list[Reservation]) -> bool:
+    """Whether a newcomer is admitted without the room a starving pair needs set aside: it is
+    small beside that pair, and an admitted pair that is not (one the starving pair must wait for
+    anyway) still runs."""
+    return _small_beside(newcomer, starving) and any(not _small_beside(other, starving) for other in admitted)
 
 
 def _running(holders: Path, besides: str | None) -> list[Reservation]:

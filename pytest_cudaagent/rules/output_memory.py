@@ -21,6 +21,8 @@ import os
 
 import torch
 
+from ..core.bus_copies import copy_across
+
 RULE = "lazy_output"
 
 
@@ -74,7 +76,7 @@ def copy_into(destination: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
     where any of its memory cannot be read, and no fault handler of the candidate ever runs."""
     source = source.detach()
     if source.device.type != "cpu" or _READV is None or source.layout != torch.strided:
-        return destination.copy_(source)
+        return copy_across(destination, source)
     address, nbytes = _span_bytes(source)
     if not nbytes:
         return destination

@@ -105,9 +105,10 @@ class RequestServer:
 
 def _to_device(values, device: str):
     """Each input on `device`, tensors nested in lists, tuples and dicts included."""
+    from ..core.bus_copies import to_device
     from ..core.tensor_trees import map_tensors
 
-    return [map_tensors(lambda tensor: tensor.to(device), value) for value in values]
+    return [map_tensors(lambda tensor: to_device(tensor, device), value) for value in values]
 
 
 def _pristine(values: list) -> list:
@@ -162,7 +163,9 @@ def _input_after(now, lent):
     if (type(now) is torch.Tensor and type(lent) is torch.Tensor and lent.is_shared() and lent.is_contiguous()
             and now.shape == lent.shape and now.dtype == lent.dtype):
         if now.data_ptr() != lent.data_ptr() or now.device != lent.device:
-            lent.copy_(now.detach())
+            from ..core.bus_copies import copy_across
+
+            copy_across(lent, now.detach())
         return lent
     return _to_send([now])[0]
 

@@ -54,6 +54,37 @@ def test_the_numpy_way_judges_as_the_aten_chunks_do(dtype, chunk, monkeypatch):
             assert (math.isinf(ours) and math.isinf(theirs)) or ours == pytest.approx(theirs, rel=1e-6, abs=0), name
 
 
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_a_large_output_is_compared_by_several_threads_with_the_same_answers(dtype, monkeypatch):
+    """Parts cut on chunk boundaries, compared at once: the same count of wrong elements, the
+    same worst errors (wherever they fall: the first part, the last, or across a cut), NaN and
+    infinities judged as one thread judges them."""
+    monkeypatch.setattr(compare, "NUMPY_CHUNK", 1000)
+    monkeypatch.setattr(compare, "COMPARE_THREAD_ELEMENTS", 2500)
+    monkeypatch.setattr("pytest_cudaagent.system.cores.usable_cores", lambda: 4)
+    threads = []
+    original = compare._numpy_part_errors
+    monkeypatch.setattr(compare, "_numpy_part_errors",
+                        lambda *a: threads.append(__import__("threading").current_thread().name) or original(*a))
+    assert compare.compare_threads(10_000) == 4 and compare.compare_threads(2_000) == 1
+    tolerance = Tolerance(1e-2, 1e-2)
+    for name, want, got in cases(dtype):
+        threads.clear()
+        expected = torch_way(want, got, tolerance)
+        found = compare._numpy_errors(want, got, tolerance)
+        assert found[2] == expected[2], name
+        for ours, theirs in zip(found[:2], expected[:2], strict=True):
+            assert (math.isinf(ours) and math.isinf(theirs)) or ours == pytest.approx(theirs, rel=1e-6, abs=0), name
+        if want.numel() >= 10_000:
+            assert len(threads) == 4 and all(name.startswith("cudaagent-compare") for name in threads), name
+    # The worst error in the last part only, and one wrong element at a cut's either side.
+    want = torch.zeros(10_000, dtype=dtype)
+    got = want.clone()
+    got[9_999], got[2_999], got[3_000] = 4.0, 1.0, 1.0
+    assert compare._numpy_errors(want, got, tolerance) == (4.0, pytest.approx(400.0), 3)
+
+
 def test_compare_outputs_takes_the_numpy_way_for_host_floats(monkeypatch):
     taken = []
     original = compare._numpy_errors

@@ -515,6 +515,99 @@ def test_admission_counts_what_the_other_gpus_pairs_reserved_of_the_host(tmp_pat
     assert events == ["by footprint", "settled", "alone on the device"]
 
 
+
+def test_a_pair_larger_than_its_free_device_memory_is_admitted_alone_on_it_beside_other_gpus(tmp_path, monkeypatch):
+    """Four GPUs of one host: a level-1 pair whose footprint (nine held 6 GiB outputs) is more
+    than its GPU's free memory fits only alone on that GPU; a pair running on another GPU, with
+    host room to spare, is no reason to wait (it waited ADMISSION_WAIT_S, 900 s, before), while a
+    pair sharing its own GPU still is."""
+    gib = 1024**3
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.device_key", lambda device: device.replace(":", "-"))
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.free_memory", lambda device: (79 * gib, 400 * gib))
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.shared_memory_free", lambda: 250 * gib)
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.ADMISSION_POLL_S", 0.01)
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.ADMISSION_WAIT_S", 5.0)  # wrong: fails in 5 s
+    root = tmp_path / "gates"
+    first_gpu, second_gpu = Gate("cuda:0", root=root), Gate("cuda:1", root=root)
+    giant = Footprint(103 * gib, 84 * gib)
+    events: list[str] = []
+    with first_gpu.shared("admit", "elsewhere") as other:
+        other.admit(Footprint(2 * gib, 8 * gib))  # pending, on GPU 0
+        with second_gpu.shared("admit", "giant") as alone_on_its_gpu:
+            alone_on_its_gpu.admit(giant)
+            assert alone_on_its_gpu.admitted == "by footprint"
+        with first_gpu.shared("admit", "giant beside a pair on its own GPU") as beside:
+            waiting = admitting(first_gpu, giant, events)
+            waiting.join(1.0)
+            events.append("the other pair ends")
+            other.release()
+            waiting.join(WAIT_S)
+            del beside
+    assert events == ["the other pair ends", "alone on the device"]
+
+
+
+def test_small_pairs_pass_a_starving_large_one_only_while_a_large_pair_it_waits_for_runs(monkeypatch):
+    """An 80 GiB GPU (79 free): giant A runs; giant B waits for it, long enough to be served
+    first. Small C passes B (it takes little and is done long before A), medium D does not. Once A
+    has ended and only small C stands in B's way, small E waits too (else a stream of small pairs
+    would starve B): B runs when C ends, E after B."""
+    gib = 1024**3
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.free_memory", lambda device: (79 * gib, 400 * gib))
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.shared_memory_free", lambda: 250 * gib)
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.ADMISSION_POLL_S", 0.01)
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.ADMISSION_FAIR_S", 0.2)
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.device_memory_by_process", lambda: {})
+    gate = Gate("cuda")
+    giant, small, medium = Footprint(103 * gib, 84 * gib), Footprint(2 * gib, 2 * gib), Footprint(20 * gib, 20 * gib)
+    events: list[str] = []
+    ends = {name: threading.Event() for name in "BCDE"}
+
+    def pair(name: str, footprint: Footprint) -> threading.Thread:
+        def run() -> None:
+            with gate.shared("admit", name) as hold:
+                hold.admit(footprint)
+                events.append(f"{name} {hold.admitted}")
+                ends[name].wait(WAIT_S)
+
+        thread = threading.Thread(target=run, daemon=True)  # a failed check must not leave it waiting
+        thread.start()
+        return thread
+
+    def until(condition) -> None:
+        deadline = time.monotonic() + 60
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    with gate.shared("admit", "A") as giant_a:
+        giant_a.admit(giant)
+        giant_a.settle()  # what it holds is out of the free memory now
+        b = pair("B", giant)
+        time.sleep(0.5)  # B now waits longer than ADMISSION_FAIR_S
+        c = pair("C", small)
+        until(lambda: "C by footprint" in events)
+        d = pair("D", medium)
+        time.sleep(0.5)
+        assert [e for e in events if e.startswith("D")] == []  # medium: B's room is set aside for it
+    events.append("A ends")
+    e = pair("E", small)
+    time.sleep(0.5)
+    assert events[-1] == "A ends"  # B waits for C; E (small) waits behind B
+    events.append("C ends")
+    ends["C"].set()
+    until(lambda: any(event.startswith("B") for event in events))
+    time.sleep(0.3)
+    assert not any(event.startswith(("D", "E")) for event in events)  # B alone: 103 GiB is all it takes
+    events.append("B ends")
+    ends["B"].set()
+    until(lambda: sum(event.startswith(("D", "E")) for event in events) == 2)
+    for end in ends.values():
+        end.set()
+    for thread in (b, c, d, e):
+        thread.join(WAIT_S)
+    assert events[:5] == ["C by footprint", "A ends", "C ends", "B alone on the device", "B ends"]
+
+
 def test_the_candidates_cgroup_grows_with_what_is_lent_and_never_shrinks(tmp_path):
     """Sandbox.lend_memory: the cgroup's limit is the cap plus what the harness lends (times the
     headroom), raised as the loans grow and never lowered (a limit below what the group holds
