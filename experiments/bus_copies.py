@@ -1,7 +1,8 @@
 """What a level-1 pair at KernelBench's full size pays on the host, step by step: a device tensor
 copied into fresh shared memory (the reference's sets, the candidate's outputs), a shared-memory
 tensor copied to the device (the inputs lent to the candidate), plain and with the host side
-registered for the copy (core/bus_copies.py); and the parent's comparison of two host outputs,
+registered for the copy (core/bus_copies.py), and into fresh shared memory whose pages several
+threads faulted in first (shared_tensors.populate); and the parent's comparison of two host outputs,
 one thread and several (compare._numpy_errors).
 
     python -m experiments.bus_copies [--gib 0.25,1,6] [--repeats 2] [--json out.json]
@@ -18,7 +19,7 @@ import time
 import pandas as pd
 import torch
 
-from pytest_cudaagent.core import bus_copies, compare
+from pytest_cudaagent.core import bus_copies, compare, shared_tensors
 from pytest_cudaagent.core.config import Tolerance
 from pytest_cudaagent.core.shared_tensors import shared_empty
 
@@ -35,8 +36,10 @@ def copy_rows(gib: float, repeats: int) -> list[dict]:
     elements = int(gib * (1 << 30)) // 4
     on_device = torch.randn(elements, device="cuda")
     rows = []
-    for way, floor in (("plain", 1 << 62), ("registered", 0)):
-        bus_copies.PIN_FROM_BYTES = floor
+    kept = shared_tensors.POPULATE_FROM_BYTES
+    for way, pin_from, populate_from in (("plain", 1 << 62, 1 << 62), ("registered", 0, 1 << 62),
+                                         ("populated, registered", 0, kept)):
+        bus_copies.PIN_FROM_BYTES, shared_tensors.POPULATE_FROM_BYTES = pin_from, populate_from
         for _ in range(repeats):
             fresh = shared_empty((elements,), torch.float32)
             seconds = _timed(lambda fresh=fresh: bus_copies.copy_across(fresh, on_device))
@@ -47,6 +50,7 @@ def copy_rows(gib: float, repeats: int) -> list[dict]:
             seconds = _timed(lambda fresh=fresh, again=again: bus_copies.copy_across(fresh, again))
             rows.append({"step": "device -> shared memory in place", "way": way, "GiB": gib, "s": seconds})
             del fresh, again
+    shared_tensors.POPULATE_FROM_BYTES = kept
     return rows
 
 

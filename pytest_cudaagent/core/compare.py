@@ -208,15 +208,14 @@ def _numpy_errors(want: torch.Tensor, got: torch.Tensor, tolerance: Tolerance):
     parts = compare_threads(want.numel())
     if parts == 1:
         return _numpy_part_errors(want, got, tolerance)
-    from concurrent.futures import ThreadPoolExecutor
+    from ..system.cores import in_threads
 
     # Cut on chunk boundaries: each part's chunks are the ones one thread would have compared.
     chunks = -(-want.numel() // NUMPY_CHUNK)
     bounds = [NUMPY_CHUNK * (chunks * part // parts) for part in range(parts)] + [want.numel()]
-    with ThreadPoolExecutor(parts, thread_name_prefix="cudaagent-compare") as pool:
-        answers = list(pool.map(lambda part: _numpy_part_errors(want[bounds[part]:bounds[part + 1]],
-                                                                got[bounds[part]:bounds[part + 1]], tolerance),
-                                range(parts)))
+    answers = in_threads(lambda part: _numpy_part_errors(want[bounds[part]:bounds[part + 1]],
+                                                         got[bounds[part]:bounds[part + 1]], tolerance),
+                         parts, "cudaagent-compare")
     return (max(answer[0] for answer in answers), max(answer[1] for answer in answers),
             sum(answer[2] for answer in answers))
 

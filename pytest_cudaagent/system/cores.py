@@ -15,3 +15,27 @@ def usable_cores() -> int:
         except OSError:
             pass
     return max(1, os.cpu_count() or 1)
+
+
+def in_threads(work, parts: int, name: str) -> list:
+    """[work(0), ..., work(parts - 1)], each in a thread of its own, all at once (a pool may run
+    two parts one after the other on one thread: each part here is meant to take a core)."""
+    import threading
+
+    answers: list = [None] * parts
+    errors: list[BaseException] = []
+
+    def run(part: int) -> None:
+        try:
+            answers[part] = work(part)
+        except BaseException as error:  # noqa: BLE001 - raised in the caller's thread below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(part,), name=f"{name}_{part}", daemon=True) for part in range(parts)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return answers
