@@ -414,10 +414,14 @@ def cpu(args) -> int:
     for repeat in range(args.repeats):
         results = out / f"run-{repeat}" / "results.jsonl"
         results.parent.mkdir(parents=True, exist_ok=True)
-        settings = BatchSettings(EvalConfig(device="cpu", baselines=("eager",), policy="calibration", timing_config=timing),
-                                 workers=args.workers)
-        # Each repeat with a fresh cache: its eager times are its own, measured beside its candidates.
-        os.environ["CUDAAGENT_CACHE"] = str(out / f"cache-{repeat}")
+        # Each repeat with a fresh cache: its eager times are its own, measured beside its candidates
+        # (named in the config: CUDAAGENT_CACHE set after it was made was read by nothing, and the
+        # three repeats of 2026-11-26 shared the user's cache, one eager time per problem).
+        cache = out / f"cache-{repeat}"
+        shutil.rmtree(cache, ignore_errors=True)
+        os.environ["CUDAAGENT_CACHE"] = str(cache)
+        settings = BatchSettings(EvalConfig(device="cpu", baselines=("eager",), policy="calibration", timing_config=timing,
+                                            cache_dir=cache), workers=args.workers)
         print(f"repeat {repeat}: {len(pairs)} pairs, cudaagent bench --device cpu --policy calibration --baselines "
               f"eager --workers {args.workers}" + (f", reserved_cpus={args.reserved_cpus}" if args.reserved_cpus is not None else ""),
               flush=True)

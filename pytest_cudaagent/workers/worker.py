@@ -247,6 +247,12 @@ def timed_calls(timer, call_on, buffers: list, timed_inputs: list, seeds: list[i
     from ..timing.timer import load_content
 
     samples, stamps, outputs, violations = [], [], [], []
+    # On the CPU each output lives until the call len(buffers) calls later has returned, as the
+    # eager baseline's do (timer.Timer.measure keeps its final outputs by set): freed before the
+    # next call, a conv's output and temporaries went back to the C library's heap top, which
+    # gave them back to the kernel, and every timed call faulted 61 MB in again (15720 page
+    # faults a call, conv3x3_relu's identity candidate 0.79-0.81x of eager, #40).
+    alive: list = [None] * len(buffers) if device == "cpu" else []
     # Where the loop's own time went, step by step (host clock, summed over the calls): reported
     # for diagnosis only (Result.env["timed_loop"]), never in a verdict, since the candidate's
     # code can rewrite anything in this process.
@@ -264,10 +270,12 @@ def timed_calls(timer, call_on, buffers: list, timed_inputs: list, seeds: list[i
         samples.append(elapsed_ms)
         stamps.append(list(timer.clock.last_span_ns))
         report = inspect_outputs(output, [], device, copy_with=copies.copy if copies is not None else None)
-        # Dropped before the next call, so the next call's output can take this one's memory:
-        # held, the copy just made takes the previous output's freed block and every timed call
-        # allocates fresh pages (page faults timed as the candidate's: an honest F.leaky_relu
-        # timed 3x eager's time on the CPU, 18x sandboxed).
+        # On a GPU dropped before the next call, so the next call's output can take this one's
+        # memory (the copies are in a slab taken before the loop, OutputCopies; held, a copy
+        # allocated call by call took the previous output's freed block and every timed call
+        # allocated fresh pages: an honest F.leaky_relu timed 3x eager's time, 18x sandboxed).
+        if alive:
+            alive[call_index % len(alive)] = output
         del output
         outputs.append(report["outputs"])
         violations += report["violations"]
