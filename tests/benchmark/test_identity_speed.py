@@ -93,3 +93,23 @@ def test_the_cpu_table_takes_the_median_of_the_repeats():
     assert problem["problem"] == "small" and problem["from"] == "data"
     assert problem["median"] == 1.02 and problem["within"]
     assert table["within"] == 1 and table["timed"] == 1
+
+
+def test_each_cpu_repeat_runs_with_a_fresh_cache_of_its_own(tmp_path, monkeypatch):
+    """Each repeat's eager times are its own: the batch is given the repeat's cache in its config
+    (the environment variable, set after the config was made, was read by nothing, and the
+    repeats shared the user's cache)."""
+    seen = []
+
+    def fake_run_batch(pairs, results, settings, resume, console):
+        seen.append(Path(settings.config.cache_dir))
+        (settings.config.cache_dir / "baselines").mkdir(parents=True, exist_ok=True)
+
+    monkeypatch.setattr(identity_speed, "run_batch", fake_run_batch)
+    monkeypatch.setenv("CUDAAGENT_CACHE", str(tmp_path / "users-cache"))
+    stale = tmp_path / "out" / "cache-1" / "baselines"
+    stale.mkdir(parents=True)
+    (stale / "old.json").write_text("{}")
+    main(["cpu", "--out", str(tmp_path / "out"), "--repeats", "2", "--name", "small_leaky_relu.py", "--quiet"])
+    assert seen == [tmp_path / "out" / "cache-0", tmp_path / "out" / "cache-1"]
+    assert not (stale / "old.json").exists()  # a repeat starts from an empty cache
