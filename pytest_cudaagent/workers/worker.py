@@ -30,9 +30,34 @@ def setup_worker(spec: dict) -> None:
     redirect_stdio(spec["log_path"])
     os.environ.update(spec["env"])
     untimed_worker(reserved_in(spec))  # off the timed processes' cores until it times (host_quiet.py)
+    keep_freed_memory()
     timing = (spec.get("config") or {}).get("timing_config") or {}
     if timing.get("cupti_teardown", True):  # read by Kineto when a profiler session ends
         os.environ.setdefault("TEARDOWN_CUPTI", "1")
+
+
+# glibc's mallopt parameters (malloc.h), and the largest mmap threshold it takes on 64 bits.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_MMAP_THRESHOLD_MAX = 32 << 20
+
+
+def keep_freed_memory() -> None:
+    """Blocks up to 32 MiB come from the C library's heap and what is freed stays in it, in both
+    workers (the reference's, which times the eager baseline, and the candidate's). By default
+    glibc gives the heap's freed top back to the kernel past a threshold that moves with what
+    the process did before, so the same forward faulted its output and temporaries in again at
+    every timed call in one process and not in the other: conv3x3_relu's identity candidate
+    timed 80-82 ms against eager's 64-65 on the CPU, its calls faulting 15720 pages each (#40).
+    Larger blocks are mapped and unmapped alike in both. A no-op where the C library has no
+    mallopt (not glibc)."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)
+    mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1)  # a C int: 2 GiB, past any heap top this keeps
 
 
 def _cpu_seconds_with_children() -> float:
@@ -247,12 +272,6 @@ def timed_calls(timer, call_on, buffers: list, timed_inputs: list, seeds: list[i
     from ..timing.timer import load_content
 
     samples, stamps, outputs, violations = [], [], [], []
-    # On the CPU each output lives until the call len(buffers) calls later has returned, as the
-    # eager baseline's do (timer.Timer.measure keeps its final outputs by set): freed before the
-    # next call, a conv's output and temporaries went back to the C library's heap top, which
-    # gave them back to the kernel, and every timed call faulted 61 MB in again (15720 page
-    # faults a call, conv3x3_relu's identity candidate 0.79-0.81x of eager, #40).
-    alive: list = [None] * len(buffers) if device == "cpu" else []
     # Where the loop's own time went, step by step (host clock, summed over the calls): reported
     # for diagnosis only (Result.env["timed_loop"]), never in a verdict, since the candidate's
     # code can rewrite anything in this process.
@@ -270,12 +289,11 @@ def timed_calls(timer, call_on, buffers: list, timed_inputs: list, seeds: list[i
         samples.append(elapsed_ms)
         stamps.append(list(timer.clock.last_span_ns))
         report = inspect_outputs(output, [], device, copy_with=copies.copy if copies is not None else None)
-        # On a GPU dropped before the next call, so the next call's output can take this one's
-        # memory (the copies are in a slab taken before the loop, OutputCopies; held, a copy
-        # allocated call by call took the previous output's freed block and every timed call
-        # allocated fresh pages: an honest F.leaky_relu timed 3x eager's time, 18x sandboxed).
-        if alive:
-            alive[call_index % len(alive)] = output
+        # Dropped before the next call, so the next call's output can take this one's memory:
+        # held, the copy just made takes the previous output's freed block and every timed call
+        # allocates fresh pages (page faults timed as the candidate's: an honest F.leaky_relu
+        # timed 3x eager's time on the CPU, 18x sandboxed). What the C library does with a freed
+        # block is set alike in both workers (keep_freed_memory).
         del output
         outputs.append(report["outputs"])
         violations += report["violations"]
