@@ -51,7 +51,10 @@ def populate(storage: torch.UntypedStorage) -> None:
     def touch(part: int) -> None:
         pages[bounds[part]:bounds[part + 1]:_PAGE] = 0
 
-    in_threads(touch, threads, "cudaagent-populate")
+    if threads == 1:
+        touch(0)  # in this thread: a process that must start no thread (the candidate's worker)
+    else:
+        in_threads(touch, threads, "cudaagent-populate")
 
 
 def shared_copy(value: object) -> object:

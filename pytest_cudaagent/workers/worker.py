@@ -724,6 +724,12 @@ def start_thread_pools() -> None:
 
 
 def serve_candidate(conn, spec: dict, sandbox_report: dict) -> None:
+    from ..core import compare, shared_tensors
+
+    # No thread of the harness's is started after the candidate's code is loaded: threads that
+    # come later are held to be the candidate's (outside_view.py), so here shared memory is
+    # faulted in and outputs compared by the serving thread alone.
+    shared_tensors.POPULATE_THREADS = compare.COMPARE_THREADS = 1
     server = CandidateServer(conn, spec)
     server.announce(sandbox_report)
     if server.build():

@@ -134,3 +134,37 @@ def test_on_the_gpu_snapshots_and_held_copies_stay_on_the_device_within_their_bu
     assert not storage_changes([x], kept)
     x[1, 1] += 1
     assert storage_changes([x], kept)[0].rule == "output_reused"
+
+
+def test_with_one_populate_thread_no_thread_is_started(monkeypatch):
+    """The candidate's worker faults its shared memory in on its serving thread: a thread the
+    harness started after the candidate's code was loaded would be held to be the candidate's."""
+    import threading
+
+    from pytest_cudaagent.core import shared_tensors
+
+    monkeypatch.setattr(shared_tensors, "POPULATE_FROM_BYTES", 1 << 20)
+    monkeypatch.setattr(shared_tensors, "POPULATE_THREADS", 1)
+    started = []
+    monkeypatch.setattr(threading.Thread, "start", lambda self: started.append(self.name))
+    large = shared_empty((1 << 20,), torch.float32)  # 4 MiB
+    assert _resident_pages(large) == 1024 and started == []
+
+
+def test_the_candidates_worker_starts_no_populate_or_compare_threads(monkeypatch):
+    from pytest_cudaagent.core import compare, shared_tensors
+    from pytest_cudaagent.workers import worker
+
+    monkeypatch.setattr(shared_tensors, "POPULATE_THREADS", 8)
+    monkeypatch.setattr(compare, "COMPARE_THREADS", 8)
+
+    class Stop(Exception):
+        pass
+
+    def server(conn, spec):
+        raise Stop
+
+    monkeypatch.setattr(worker, "CandidateServer", server)
+    with pytest.raises(Stop):
+        worker.serve_candidate(None, {}, {})
+    assert shared_tensors.POPULATE_THREADS == 1 and compare.COMPARE_THREADS == 1
