@@ -173,7 +173,9 @@ def test_every_worker_keeps_its_freed_memory(monkeypatch):
     monkeypatch.setattr(worker, "keep_freed_memory", lambda: called.append(1))
     monkeypatch.setattr("pytest_cudaagent.workers.channel.redirect_stdio", lambda path: None)
     monkeypatch.setattr("pytest_cudaagent.timing.host_quiet.untimed_worker", lambda reserved: None)
-    worker.setup_worker({"log_path": "/dev/null", "env": {}, "config": {}})
+    # cupti_teardown off: setup_worker would otherwise set TEARDOWN_CUPTI in this test process's
+    # environment, which later workers inherit (a test of that switch then saw it set).
+    worker.setup_worker({"log_path": "/dev/null", "env": {}, "config": {"timing_config": {"cupti_teardown": False}}})
     assert called == [1]
 
 
