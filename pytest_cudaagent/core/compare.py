@@ -208,11 +208,10 @@ def _numpy_errors(want: torch.Tensor, got: torch.Tensor, tolerance: Tolerance):
     parts = compare_threads(want.numel())
     if parts == 1:
         return _numpy_part_errors(want, got, tolerance)
-    from ..system.cores import in_threads
+    from ..system.cores import cut, in_threads
 
     # Cut on chunk boundaries: each part's chunks are the ones one thread would have compared.
-    chunks = -(-want.numel() // NUMPY_CHUNK)
-    bounds = [NUMPY_CHUNK * (chunks * part // parts) for part in range(parts)] + [want.numel()]
+    bounds = cut(want.numel(), parts, NUMPY_CHUNK)
     answers = in_threads(lambda part: _numpy_part_errors(want[bounds[part]:bounds[part + 1]],
                                                          got[bounds[part]:bounds[part + 1]], tolerance),
                          parts, "cudaagent-compare")

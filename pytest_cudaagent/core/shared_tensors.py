@@ -41,20 +41,16 @@ def populate(storage: torch.UntypedStorage) -> None:
     """Touch one byte of every page of `storage` (written as zero: its contents are undefined
     until written anyway), by up to POPULATE_THREADS threads, each its own contiguous part (NumPy's
     strided store lets the GIL go)."""
-    from ..system.cores import in_threads, usable_cores
+    from ..system.cores import cut, in_threads, usable_cores
 
     pages = torch.empty(0, dtype=torch.uint8).set_(storage).numpy()
-    count = -(-len(pages) // _PAGE)
-    threads = max(1, min(POPULATE_THREADS, usable_cores(), count))
-    bounds = [_PAGE * (count * part // threads) for part in range(threads + 1)]
+    threads = max(1, min(POPULATE_THREADS, usable_cores(), -(-len(pages) // _PAGE)))
+    bounds = cut(len(pages), threads, _PAGE)
 
     def touch(part: int) -> None:
         pages[bounds[part]:bounds[part + 1]:_PAGE] = 0
 
-    if threads == 1:
-        touch(0)  # in this thread: a process that must start no thread (the candidate's worker)
-    else:
-        in_threads(touch, threads, "cudaagent-populate")
+    in_threads(touch, threads, "cudaagent-populate")
 
 
 def shared_copy(value: object) -> object:

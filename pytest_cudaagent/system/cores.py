@@ -17,10 +17,22 @@ def usable_cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+def cut(length: int, parts: int, unit: int) -> list[int]:
+    """parts + 1 bounds cutting `length` elements into `parts` contiguous runs of nearly equal
+    counts of whole `unit`s (the last run ends at `length`)."""
+    units = -(-length // unit)
+    return [unit * (units * part // parts) for part in range(parts)] + [length]
+
+
 def in_threads(work, parts: int, name: str) -> list:
     """[work(0), ..., work(parts - 1)], each in a thread of its own, all at once (a pool may run
-    two parts one after the other on one thread: each part here is meant to take a core)."""
+    two parts one after the other on one thread: each part here is meant to take a core). One
+    part runs in the calling thread: no thread is started (the candidate's worker must start
+    none after its code has loaded, outside_view.py)."""
     import threading
+
+    if parts == 1:
+        return [work(0)]
 
     answers: list = [None] * parts
     errors: list[BaseException] = []
