@@ -351,6 +351,28 @@ run_section() {
         tail -n 30 "$dir/$label/under_load_identity.md"
       fi
       tar czf "$OUT/identity-$label.tgz" -C "$dir/$label" --exclude=.bench-run --exclude=report.html . ;;
+    # The same 250 identity pairs as ONE bench over every GPU of the machine (xdist's workers pinned
+    # round robin, so the load balances itself, unlike fixed shards): UL_WORKERS=<GPUs> is one
+    # evaluation per GPU at a time (the run alone, per GPU); unset, the default workers. Seeded by
+    # IDENTITY_ALL_FROM (a results.jsonl of earlier rows of the same candidates: they are skipped by
+    # --resume), cut at UL_TIMEOUT_S; $OUT/identity-all-<label>.jsonl after each call.
+    identity-all)
+      dir=${IDENTITY_FULL_DIR:-/tmp/identity-full}; label=all-${UL_WORKERS:-default}; run=$dir/$label
+      [ -d "$dir/candidates" ] || python3 -m experiments.identity_set --kernelbench "${KERNELBENCH:-.kernelbench}" \
+        --level 1,2,3 --out "$dir/candidates"
+      mkdir -p "$run"
+      if [ -n "${IDENTITY_ALL_FROM:-}" ] && [ -f "$IDENTITY_ALL_FROM" ] && [ ! -f "$run/results.jsonl" ]; then
+        cp "$IDENTITY_ALL_FROM" "$run/results.jsonl"
+      fi
+      SECONDS=0
+      timeout --signal=TERM --kill-after=30 "${UL_TIMEOUT_S:-280}" cudaagent bench --kernelbench "${KERNELBENCH:-.kernelbench}" \
+        --level 1,2,3 --candidates "$dir/candidates" --no-timing --policy calibration \
+        ${UL_WORKERS:+--workers "$UL_WORKERS"} --out "$run" --resume > "$run/bench.log" 2>&1
+      echo "$SECONDS $?" >> "$run/wall.txt"
+      tail -n 6 "$run/bench.log"; cat "$run/wall.txt"
+      dmesg 2>/dev/null | grep -i -E "killed process|out of memory" | tail -n 5
+      cp "$run/results.jsonl" "$OUT/identity-$label.jsonl"; cp "$run/bench.log" "$OUT/identity-$label.log"
+      cp "$run/pytest.log" "$OUT/identity-$label.pytest.log" 2>/dev/null ;;
     # Identity pairs again, by level and id, all at once at the default workers (e.g. the rows a
     # full run got wrong, after a fix): RECHECK="1:11,63,94,96 3:33,48,49"; each level's results
     # under $OUT/recheck-L/.
@@ -410,7 +432,7 @@ run_section() {
             "l2 sandbox faults reward build-speed warm-load side-by-side baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
             "timed-steps timed-path host-quiet-cost identity-make identity-alone identity-batched identity-kernelbench identity-report speed-fidelity-launch-bound" \
             "throughput-harness throughput-sequential throughput-wait throughput-report" \
-            "bus-copies under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report under-load-identity identity-gpus recheck shards timed-under-load"
+            "bus-copies under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report under-load-identity identity-gpus identity-all recheck shards timed-under-load"
        return 2 ;;
   esac
 }
