@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.config import EvalConfig
-from ..rules.outputs import HELD_ON_DEVICE_BUDGET_BYTES
+from ..rules.outputs import HELD_AT_LEAST, HELD_ON_DEVICE_BUDGET_BYTES, held_window_bytes
 
 # A CUDA context with torch's kernels loaded; each pair has two (the reference's, the candidate's).
 CONTEXT_BYTES = 512 * 1024**2
@@ -35,7 +35,31 @@ class Footprint:
         return {"device_gib": round(self.device_bytes / 1024**3, 2), "host_gib": round(self.host_bytes / 1024**3, 2)}
 
 
-def estimate(measures: Measures, config: EvalConfig, device: str) -> Footprint:
+def memory_total_bytes(device: str) -> int | None:
+    """The whole memory of the device a pair's outputs live on (the candidate's worker sizes its
+    window of held outputs by it: outputs.HeldOutputs); None where NVML cannot say."""
+    if device == "cuda":
+        try:
+            from ..system.envinfo import _nvml, _visible_nvml_handle
+
+            pynvml = _nvml()
+            return int(pynvml.nvmlDeviceGetMemoryInfo(_visible_nvml_handle(pynvml)).total)
+        except Exception:  # noqa: BLE001 - no NVML: every correctness call's output counted held
+            return None
+    from ..system.host_memory import total_bytes
+
+    return total_bytes()
+
+
+def held_calls_at_peak(output_bytes: int, calls: int, memory_total: int | None) -> int:
+    """How many correctness calls' outputs the candidate's worker holds at its peak: those its
+    window keeps (at least outputs.HELD_AT_LEAST) and the call being made, at most every call."""
+    if memory_total is None or output_bytes <= 0:
+        return calls
+    return min(calls, max(HELD_AT_LEAST, held_window_bytes(memory_total) // output_bytes) + 1)
+
+
+def estimate(measures: Measures, config: EvalConfig, device: str, memory_total: int | None = -1) -> Footprint:
     """A pair's memory at its peak, from its problem's measures. The reference process peaks while
     preparing (its model and one call); the candidate's holds the same and, until its last
     correctness call is checked, every correctness call's outputs (two calls per trial from the
@@ -48,7 +72,9 @@ def estimate(measures: Measures, config: EvalConfig, device: str) -> Footprint:
     rotating = timing.rotating_inputs if config.timing else 0
     peak = measures.device_peak_bytes or set_bytes
     held_calls = max(1, 2 * config.trials - 1)
-    held_outputs = held_calls * measures.output_bytes
+    if memory_total == -1:
+        memory_total = memory_total_bytes(device)
+    held_outputs = held_calls_at_peak(measures.output_bytes, held_calls, memory_total) * measures.output_bytes
     timed_extra = rotating * measures.input_bytes + timing.l2_flush_bytes + timing.fresh_inputs_bytes if config.timing else 0
     host_sets = (config.trials + rotating) * set_bytes + 2 * set_bytes
     if config.timing:

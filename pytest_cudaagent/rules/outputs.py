@@ -21,6 +21,12 @@ from . import output_memory
 # (device_snapshot), of the outputs held until check_held (held_copies). Beyond them, host copies.
 SNAPSHOT_BUDGET_BYTES = 1 << 30
 HELD_ON_DEVICE_BUDGET_BYTES = 1 << 30
+# The held outputs themselves (HeldOutputs): while they fit this share of the memory they live in
+# (the device's whole memory, not what is free, so the window is the same alone and in a batch).
+HELD_MEMORY_SHARE = 0.25
+# ... and never fewer than the latest calls', whatever their size: storage a call reuses is that
+# of an output handed out just before.
+HELD_AT_LEAST = 2
 
 # What an output that is not a tensor may be, to travel to the evaluator: anything else would be
 # unpickled there (replies.py refuses it) and compared by its own __eq__.
@@ -217,6 +223,58 @@ def content_digest(tensor: torch.Tensor) -> tuple[int, int]:
             weighted = weighted + (wide * index).sum()
             position += wide.numel()
         return int(total), int(weighted)
+
+
+def held_window_bytes(total_memory_bytes: int) -> int:
+    """The bytes of held outputs a candidate's worker keeps before it checks and lets go of the
+    oldest (HeldOutputs): a share of the memory of the device they live on."""
+    return int(total_memory_bytes * HELD_MEMORY_SHARE)
+
+
+def output_bytes(outputs: object) -> int:
+    """The bytes of an output's dense tensors (what holding it keeps from the allocator)."""
+    return sum(value.numel() * value.element_size() for value in as_output_list(outputs)
+               if type(value) is torch.Tensor and value.layout == torch.strided)
+
+
+class HeldOutputs:
+    """The correctness calls' outputs, each held (so the allocator cannot hand its memory out
+    again) beside copies taken right after its call, until they are compared with those copies:
+    a change means a later call wrote into storage already handed out. At KernelBench's full
+    sizes nine held outputs are 72 GiB (level1/39_L2Norm_, 8 GiB each): with the call's own input
+    and output more than an H100 has (#38). So once the held outputs pass `window_bytes`, the
+    oldest are compared and let go, the latest HELD_AT_LEAST always kept: an output let go has
+    met every call made after it until then, and a buffer reused call after call (a persistent
+    output, a CUDA graph's static output) is caught by the first output let go. Only a candidate
+    cycling through more buffers than the window holds escapes, and only where the outputs are
+    that large."""
+
+    def __init__(self, window_bytes: int):
+        self.window_bytes = window_bytes
+        self.held: list[tuple[object, list, int]] = []  # (outputs, their copies, their bytes)
+        self.changes: list[Violation] = []  # found in outputs already let go
+        self.let_go = 0  # outputs compared and let go before the end
+        # Bound now, in the worker's constructor, before the candidate's code loads: a candidate
+        # that rebinds the module's function does not reach this one.
+        self._storage_changes = storage_changes
+
+    def hold(self, outputs: object, copies: list) -> None:
+        self.held.append((outputs, copies, output_bytes(outputs)))
+        while len(self.held) > HELD_AT_LEAST and sum(entry[2] for entry in self.held) > self.window_bytes:
+            outputs_let_go, copies_let_go, _ = self.held.pop(0)
+            self.changes.extend(self._storage_changes(outputs_let_go, copies_let_go))
+            self.let_go += 1
+
+    def check(self) -> list[Violation]:
+        """Every change found, those still held compared now; then nothing is held."""
+        found = self.changes + [change for outputs, copies, _ in self.held
+                                for change in self._storage_changes(outputs, copies)]
+        self.clear()
+        return found
+
+    def clear(self) -> None:
+        self.held.clear()
+        self.changes = []
 
 
 def storage_changes(held_outputs: object, copies: list) -> list[Violation]:

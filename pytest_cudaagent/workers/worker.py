@@ -697,6 +697,17 @@ def candidate_main(conn, spec: dict) -> None:
     confine(spec["sandbox"], serve, prepare=lambda: open_gpu(spec["device"]))
 
 
+def _memory_of(device: str) -> int:
+    """The whole memory of the device outputs live on (read before the candidate's code loads)."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    from ..system.host_memory import total_bytes
+
+    return total_bytes()
+
+
 def open_gpu(device: str) -> None:
     """Initialise CUDA and this device's context before the sandbox's restrictions apply: under
     Landlock the driver does not start (on the H100 machine cudaGetDeviceCount failed with error
@@ -760,10 +771,11 @@ class CandidateServer(RequestServer):
         from ..rules.guards import ForwardGuard
         from ..rules.memory import poison_free_memory
         from ..rules.outputs import (
+            HeldOutputs,
             device_snapshot,
             held_copies,
+            held_window_bytes,
             inspect_outputs,
-            storage_changes,
             unchanged,
         )
         from ..rules.provenance import own_kernel_names, precision_flags
@@ -788,7 +800,7 @@ class CandidateServer(RequestServer):
             allows_tf32=allows_tf32, capture=capture, load_reference_weights=load_reference_weights,
             fit_timed_threads=fit_timed_threads, poison_free_memory=poison_free_memory,
             device_snapshot=device_snapshot, held_copies=held_copies, inspect_outputs=inspect_outputs,
-            storage_changes=storage_changes, unchanged=unchanged, own_kernel_names=own_kernel_names,
+            unchanged=unchanged, own_kernel_names=own_kernel_names,
             precision_flags=precision_flags, OutputCopies=OutputCopies, input_buffers=input_buffers,
             load_content=load_content, staged_on_device=staged_on_device, pages_in_place=pages_in_place,
             gc_pause=gc_pause.pause, gc_resume=gc_pause.resume)
@@ -809,7 +821,7 @@ class CandidateServer(RequestServer):
         self.first_build = None  # the first build, kept aside while the second is tried (keep_build)
         # The correctness calls' outputs, each with copies taken right after its call (check_held),
         # and the device bytes those copies hold (outputs.held_copies's "held_on_device_bytes").
-        self.held_outputs: list = []
+        self.held_outputs = HeldOutputs(held_window_bytes(_memory_of(device)))
         self.held_budget: dict = {}
         self.output_nbytes: list[int] = []  # one call's output bytes, as the evaluator sized them
         self.buffers: list = []  # the rotating input buffers of the warm-up and timed calls
@@ -900,9 +912,9 @@ class CandidateServer(RequestServer):
             self.clock.synchronize()
         report = harness.inspect_outputs(outputs, device_inputs, device, into=output_buffers)
         # Held (so the allocator cannot hand their memory out again) beside copies of them taken
-        # now, until check_held compares them once, after the last trial: on the device while
-        # they fit a budget (no second trip to the host), else private host copies.
-        self.held_outputs.append((outputs, harness.held_copies(outputs, self.held_budget)))
+        # now (on the device while they fit a budget, else a digest), until check_held compares
+        # them after the last trial, or earlier once the held outputs pass their window (HeldOutputs).
+        self.held_outputs.hold(outputs, harness.held_copies(outputs, self.held_budget))
         return {
             **report,
             # None: unchanged (the same metadata and bytes as before the call); else its copy.
@@ -917,8 +929,7 @@ class CandidateServer(RequestServer):
         a later call wrote its answer into storage already handed out. Once, after the last call,
         rather than every held output at every call (quadratic in the calls, seconds for large
         outputs on the H100): storage reused at any call is still overwritten at the end."""
-        return {"reused": [change for held, copies in self.held_outputs
-                           for change in self.harness.storage_changes(held, copies)]}
+        return {"reused": self.held_outputs.check()}
 
     def handle_warm(self, content_sets: list) -> dict:
         """Warm-up and profiled calls on the warm-up sets; these contents never come back. The

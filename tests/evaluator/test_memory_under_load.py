@@ -394,14 +394,15 @@ def test_a_first_run_is_sized_on_the_meta_device_and_its_measures_are_kept_for_t
 def test_the_footprint_counts_every_held_output_and_both_processes():
     config = cpu_config(trials=5)
     measures = Measures(device_peak_bytes=6 << 30, input_bytes=3 << 30, output_bytes=3 << 30)
-    on_gpu = estimate(measures, config, "cuda")
+    # A device whose memory holds all nine in its window (test_held_window.py: fewer where not).
+    on_gpu = estimate(measures, config, "cuda", memory_total=1 << 40)
     # two contexts, the reference's and the candidate's peaks, nine correctness calls' outputs held
     assert on_gpu.device_bytes == 2 * (512 << 20) + 2 * (6 << 30) + 9 * (3 << 30)
     # the trials' sets and one lent set's copies; the nine held outputs' copies, 3 GiB each, are
     # over the budget for copies: digests, no host memory (before: nine 3 GiB host copies)
     sets = (5 + 2) * (6 << 30)
     assert on_gpu.host_bytes == sets
-    on_cpu = estimate(measures, config, "cpu")
+    on_cpu = estimate(measures, config, "cpu", memory_total=1 << 40)
     # on the CPU the held outputs are host memory, and their copies while within the budget (none here)
     assert on_cpu.device_bytes == 0 and on_cpu.host_bytes == sets + 2 * (6 << 30) + 9 * (3 << 30)
 
@@ -417,13 +418,13 @@ def test_held_copies_within_the_device_budget_count_on_the_device_the_rest_nowhe
     output = 300 << 20
     measures = Measures(device_peak_bytes=2 << 30, input_bytes=output, output_bytes=output)
     small = estimate(dataclasses.replace(measures, output_bytes=1 << 20), config, "cuda")
-    on_gpu = estimate(measures, config, "cuda")
+    on_gpu = estimate(measures, config, "cuda", memory_total=1 << 40)
     fitting = HELD_ON_DEVICE_BUDGET_BYTES // output
     assert fitting == 3
     assert on_gpu.device_bytes == 2 * (512 << 20) + 2 * (2 << 30) + (9 + fitting) * output
     sets = (5 + 2) * 2 * output
     assert on_gpu.host_bytes == sets
-    on_cpu = estimate(measures, config, "cpu")
+    on_cpu = estimate(measures, config, "cpu", memory_total=1 << 40)
     assert on_cpu.host_bytes == sets + 2 * (2 << 30) + (9 + fitting) * output  # the outputs, three copies
     assert small.host_bytes == (5 + 2) * (output + (1 << 20))  # every copy fits the device: none on the host
 
