@@ -31,7 +31,7 @@ from .core.files import BadFileError, Candidate, check_candidate, check_problem,
 from .core.result import Result, TimingStats, TrialResult, Violation
 from .core.reward import milestone_reward
 from .core.shared_tensors import SharedBufferPool, shared_copies
-from .resources.footprints import Footprint, FootprintStore, Measures, estimate
+from .resources.footprints import Footprint, FootprintStore, Measures, estimate, streams_sets
 from .resources.memory_gate import Gate, Hold
 from .resources.out_of_memory import asked_and_had, out_of_memory, verdict_error
 from .rules import outside_view
@@ -256,6 +256,8 @@ class Evaluation:
         # pair's footprint once the reference has prepared, and when its correctness is checked.
         self.memory_hold: Hold | None = None
         self.footprint: Footprint | None = None
+        # The sets drawn one at a time, each let go once judged (footprints.streams_sets).
+        self._streamed = False
         # The line of the out-of-memory error that ended the evaluation (either side), if one did.
         self.out_of_memory: str | None = None
         # The reference's process was ended by SIGKILL or SIGTERM, not by us (outside_kill.py).
@@ -283,8 +285,9 @@ class Evaluation:
                 with self._profiled("parent.spawn_reference"):
                     reference_worker = self._spawn_reference()
                 self._admit(reference_worker)
-                # The reference computes while the candidate starts and builds.
-                reference_worker.send(("prepare", self._set_count()))
+                # The reference computes while the candidate starts and builds; sets too large to
+                # keep together come one at a time (_set_at).
+                reference_worker.send(("prepare", self._set_count(), 1 if self._streamed else None))
             else:
                 reference_worker = kept.worker
                 self._admit(None)
@@ -329,13 +332,13 @@ class Evaluation:
             result.weights = constructed["weights"]
             if "differing" in result.weights:  # kernelbench: built without a copy (_with_reference_weights)
                 result.weights["copy_needed"] = False
-            trial_sets = reference["sets"][: self.config.trials]
-            self._phase("correctness", lambda: self._check_trials(candidate_worker, reference_worker, trial_sets))
+            self._phase("correctness", lambda: self._check_trials(candidate_worker, reference_worker))
             if self.memory_hold is not None:
                 self.memory_hold.settle()
             self._confirm_static(static)
             if self._ok_so_far() and self.config.timing:
-                warm_sets = reference["sets"][self.config.trials:]
+                warm_sets = [self._set_at(reference_worker, position)
+                             for position in range(self.config.trials, self._set_count())]
                 self._phase("timing", lambda: self._time_candidate(candidate_worker, reference_worker, warm_sets))
                 result.log = candidate_worker.log_tail()  # its log goes with it
                 candidate_worker.close()  # free its GPU memory before the baselines run
@@ -517,7 +520,7 @@ class Evaluation:
             return False
         if not reference_worker.process.is_alive():
             return False
-        return sum(_set_bytes(content_set) for content_set in self._prepared["sets"]) <= KEEP_SET_BYTES
+        return not self._streamed and sum(_set_bytes(content_set) for content_set in self._prepared["sets"]) <= KEEP_SET_BYTES
 
     def _admit(self, reference_worker: Worker | None) -> None:
         """Room for this pair's footprint (memory_gate.Hold.admit), waited for while the
@@ -539,6 +542,9 @@ class Evaluation:
             if sized["input_bytes"] is not None:
                 measures = Measures(0, sized["input_bytes"], sized["output_bytes"])
         self.footprint = estimate(measures, self.config, self.device) if measures is not None else None
+        self._streamed = measures is not None and reference_worker is not None and streams_sets(measures, self.config)
+        if self._streamed:
+            self.result.env["sets_streamed"] = True
         if measures is not None and reference_worker is not None:
             # The sets it draws live in its process, in shared memory, until the evaluation
             # ends: the harness's transport, not the problem's use of memory (#38: five level-1
@@ -616,14 +622,36 @@ class Evaluation:
 
     # -- correctness ----------------------------------------------------------------------------
 
-    def _check_trials(self, worker: Worker, reference_worker: Worker, trial_sets: list[dict]) -> None:
+    def _set_at(self, reference_worker: Worker, position: int) -> dict:
+        """The set at `position`: prepared, or (streamed) drawn by the reference now, in order."""
+        sets = self._prepared["sets"]
+        while len(sets) <= position:
+            with self._profiled("reference.draw_set"):
+                drawn = self._phase("reference", lambda: reference_worker.request(("draw_set",), self.config.run_timeout_s),
+                                    worker=reference_worker, problem_side=True, record=False)
+            sets.append(drawn["set"])
+            if drawn["stateful"] and not self.result.stateful_reference:
+                self._note_stateful_reference(drawn["stateful"])
+        return sets[position]
+
+    def _let_go_of_set(self, reference_worker: Worker, position: int) -> None:
+        """Streamed sets: a judged trial's set is let go here and in the reference's process, so
+        the host holds one set at a time (with the copies lent from it)."""
+        if not self._streamed:
+            return
+        self._prepared["sets"][position] = None
+        self._phase("reference", lambda: reference_worker.request(("drop_sets", [position]), self.config.run_timeout_s),
+                    worker=reference_worker, problem_side=True, record=False)
+
+    def _check_trials(self, worker: Worker, reference_worker: Worker) -> None:
         """Each trial's set is given to the candidate twice from the second trial on: first
         unwatched (no operator audit), while whatever it kept holds the previous trial's answer,
         then watched. Both calls are judged; the trial is the first that fails, else the watched.
         A reference that keeps state across calls was called on those sets twice as well, each
         answer kept (worker._draw_sets): each call is compared with the reference's call at the
         same position (`second`: the second call on a set)."""
-        for index, trial_set in enumerate(trial_sets):
+        for index in range(self.config.trials):
+            trial_set = self._set_at(reference_worker, index)
             unwatched, unwatched_outputs, unwatched_lent = (
                 self._checked_forward(worker, index, trial_set, watched=False) if index else (None, [], []))
             trial, outputs, lent = self._checked_forward(worker, index, trial_set, watched=True, second=bool(index))
@@ -638,6 +666,8 @@ class Evaluation:
                 self.result.nondeterministic_trials.append(index)
             self.result.trials.append(trial)
             self._lent.give_back(unwatched_lent + lent)  # judged: the next trial's outputs go there
+            del trial_set, outputs, unwatched_outputs, judged_outputs  # nothing of the set held here
+            self._let_go_of_set(reference_worker, index)
         with device_work(self.device):  # compares on the device: never beside another timing
             held = worker.request(("check_held",), self.config.run_timeout_s)
         self._note_output_reuse(held["reused"])
@@ -793,7 +823,9 @@ class Evaluation:
         warm-up: this guesses from the reference's own (a candidate up to twice as fast needs no
         second draw); a faster one gets the rest drawn then, a slower one leaves some unused."""
         sets = reference["sets"]
-        if not sets or reference.get("forward_ms") is None:
+        # Streamed sets are asked for one at a time meanwhile (a reply waiting ahead of theirs),
+        # and too large to hold the fresh ones beside the trials': drawn when the timing wants them.
+        if not sets or reference.get("forward_ms") is None or self._streamed:
             return
         set_bytes = _set_bytes(sets[0])
         guess = fresh_call_count(reference["forward_ms"] / 2, set_bytes, self.config.timing_config)

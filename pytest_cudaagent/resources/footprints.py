@@ -59,14 +59,34 @@ def held_calls_at_peak(output_bytes: int, calls: int, memory_total: int | None) 
     return min(calls, max(HELD_AT_LEAST, held_window_bytes(memory_total) // output_bytes) + 1)
 
 
-def estimate(measures: Measures, config: EvalConfig, device: str, memory_total: int | None = -1) -> Footprint:
+# The sets of a pair drawn all at once while they take at most this share of the host's memory
+# (the machine's whole memory, so the choice is the same alone and in a batch); beyond it one at a
+# time, each let go once judged. At KernelBench's full sizes level1/39_L2Norm_'s seven sets and
+# lent copies are 112 GiB of shared memory: the H100 machine (125 GiB) killed the run (#38).
+SETS_AT_ONCE_SHARE = 0.25
+
+
+def streams_sets(measures: Measures, config: EvalConfig, host_total: int | None = None) -> bool:
+    """Whether a pair's sets are drawn one at a time (evaluation._set_at): its sets and the
+    copies lent from them would take more than SETS_AT_ONCE_SHARE of the host's memory."""
+    from ..system.host_memory import total_bytes
+
+    set_bytes = measures.input_bytes + measures.output_bytes
+    rotating = config.timing_config.rotating_inputs if config.timing else 0
+    host_total = total_bytes() if host_total is None else host_total
+    return (config.trials + rotating + 2) * set_bytes > SETS_AT_ONCE_SHARE * host_total
+
+
+def estimate(measures: Measures, config: EvalConfig, device: str, memory_total: int | None = -1,
+             host_total: int | None = None) -> Footprint:
     """A pair's memory at its peak, from its problem's measures. The reference process peaks while
     preparing (its model and one call); the candidate's holds the same and, until its last
     correctness call is checked, every correctness call's outputs (two calls per trial from the
     second on: worker.check_held), or in its timing the rotating inputs, the L2 flush buffer and
     the timed calls' inputs staged on the device (at most fresh_inputs_bytes). On the host the
     parent and the reference share every set drawn (trials, rotating, the timed calls' fresh
-    ones), and the parent lends one set's copy at a time."""
+    ones; one at a time where they would take too much of it: streams_sets), and the parent lends
+    one set's copy at a time."""
     set_bytes = measures.input_bytes + measures.output_bytes
     timing = config.timing_config
     rotating = timing.rotating_inputs if config.timing else 0
@@ -76,7 +96,9 @@ def estimate(measures: Measures, config: EvalConfig, device: str, memory_total: 
         memory_total = memory_total_bytes(device)
     held_outputs = held_calls_at_peak(measures.output_bytes, held_calls, memory_total) * measures.output_bytes
     timed_extra = rotating * measures.input_bytes + timing.l2_flush_bytes + timing.fresh_inputs_bytes if config.timing else 0
-    host_sets = (config.trials + rotating) * set_bytes + 2 * set_bytes
+    # Streamed: one trial set at a time, then the warm-up sets together.
+    at_once = max(1, rotating) if streams_sets(measures, config, host_total) else config.trials + rotating
+    host_sets = at_once * set_bytes + 2 * set_bytes
     if config.timing:
         host_sets += max(timing.min_samples * set_bytes, timing.fresh_inputs_bytes) + rotating * set_bytes
     # Beside each held output, a copy to compare it with at check_held while the copies fit

@@ -48,6 +48,11 @@ ADMISSION_FAIR_S = 30.0
 # ... except a pair this many times smaller than it, device and host, while a large pair it waits
 # for runs (_passes).
 SMALL_BESIDE = 8
+# Host memory an admission leaves free beyond the pairs' footprints, as a share of the machine's:
+# what the run's other processes grow by meanwhile (each worker's zygote, reference and candidate
+# processes, a next candidate started ahead), which no footprint counts (#38: on the H100 machine,
+# 125 GiB for 16 workers, the kernel's OOM killer ended pairs admitted into the last few GiB).
+HOST_HEADROOM_SHARE = 0.10
 
 
 @dataclass
@@ -84,6 +89,13 @@ def free_memory(device: str) -> tuple[int | None, int]:
         except Exception:  # noqa: BLE001 - no NVML: admission by host memory only
             device_free = None
     return device_free, available_bytes()
+
+
+def host_headroom() -> int:
+    """Bytes of host memory an admission by footprint leaves free (HOST_HEADROOM_SHARE)."""
+    from ..system.host_memory import total_bytes
+
+    return int(HOST_HEADROOM_SHARE * total_bytes())
 
 
 def still_to_take(pending: list[Reservation], device: str) -> tuple[int, int]:
@@ -255,7 +267,7 @@ class Gate:
         pending_device += sum(other.device_bytes for other in starving)
         pending_host += sum(other.host_bytes for other in starving)
         device_room = None if device_free is None else device_free - pending_device
-        host_room = host_free - pending_host
+        host_room = host_free - pending_host - host_headroom()
         # The footprint's host bytes are shared memory: /dev/shm must hold them too.
         shm_free = shared_memory_free()
         shm_room = None if shm_free is None else shm_free - pending_host

@@ -325,9 +325,9 @@ def reference_main(conn, spec: dict) -> None:
 
 
 class ReferenceServer(RequestServer):
-    """The reference's worker: imports the problem, then answers sizes, prepare, fresh_sets,
-    repeats_itself, baseline and calibrate (one `handle_<request>` each). No candidate code runs
-    in this process."""
+    """The reference's worker: imports the problem, then answers sizes, prepare, draw_set,
+    drop_sets, fresh_sets, repeats_itself, baseline and calibrate (one `handle_<request>` each).
+    No candidate code runs in this process."""
 
     def __init__(self, conn, spec: dict):
         super().__init__(conn)
@@ -349,7 +349,8 @@ class ReferenceServer(RequestServer):
         self.lowered_by_run = diff(truth, configured)
         self.problem = None
         self.model = None  # the reference's model, built by prepare
-        self.sets: list[dict] = []  # prepare's sets: the trial sets first, then the warm-up sets
+        self.sets: list[dict | None] = []  # the sets drawn: the trial sets first, then the warm-up sets (None: let go)
+        self.seeds: list[int] = []  # each drawn set's seed, kept after the set is let go
         self.construction: tuple = ()  # (seed, init inputs) the model was built from (replayed)
         self.forward_ms = math.inf  # the fastest reference call while drawing sets
         # Why the reference keeps state across calls (None: it does not, as far as seen).
@@ -435,39 +436,51 @@ class ReferenceServer(RequestServer):
         return list(self.problem.get_inputs())
 
     def _draw_sets(self, count: int, trials: int) -> list[dict]:
-        """`count` sets, each with the reference's answer. The first `trials` are the correctness
-        trials': from the second on, the candidate is called on each twice (unwatched, then
-        watched). The reference is called twice on the second set too: if it answers otherwise
-        the second time it keeps state across calls (an RNN's `self.hidden`), and it is then
-        called twice on every later trial set as well, each answer kept (`outputs_again`), so
-        every call of the candidate meets the reference's call at the same position."""
+        """`count` sets, each with the reference's answer (_draw_set), from the first."""
+        return [self._draw_set(position, trials) for position in range(count)]
+
+    def _draw_set(self, position: int, trials: int) -> dict:
+        """The set at `position`, with the reference's answer. The first `trials` are the
+        correctness trials': from the second on, the candidate is called on each twice
+        (unwatched, then watched). The reference is called twice on the second set too: if it
+        answers otherwise the second time it keeps state across calls (an RNN's `self.hidden`),
+        and it is then called twice on every later trial set as well, each answer kept
+        (`outputs_again`), so every call of the candidate meets the reference's call at the same
+        position. Sets are drawn in order (prepare's, then draw_set's one at a time)."""
         from ..core.compare import compare_outputs
 
-        sets = []
-        for position in range(count):
-            seed = _fresh_seed()
-            _seed_all(seed)
-            inputs = self.draw_inputs(seed)
-            sent_inputs = _to_send(inputs)  # before the call: a reference may change its inputs
-            started = time.perf_counter()
-            if self.host_transfers is None:
-                outputs = _to_send(self.audited_reference(inputs, seed))
-            else:
-                outputs = _to_send(self.run_reference(inputs, seed))  # the copy waits for the device
-            self.forward_ms = min(self.forward_ms, 1000 * (time.perf_counter() - started))
-            drawn = {"seed": seed, "inputs": sent_inputs, "outputs": outputs}
-            if 0 < position < trials and (position == 1 or self.stateful):
-                again = self.run_reference(_pristine(sent_inputs), seed)
-                if self.stateful or not same_as_recorded(outputs, again):
-                    again = _to_send(again)
-                    check = compare_outputs(position, outputs, again, self.config.tolerances())
-                    if self.stateful or not check.correct:
-                        if self.stateful is None:
-                            self.stateful = (f"a second call on trial {position}'s inputs under the same "
-                                             f"seed answered otherwise ({check.error})")
-                        drawn["outputs_again"] = again
-            sets.append(drawn)
-        return sets
+        seed = _fresh_seed()
+        _seed_all(seed)
+        inputs = self.draw_inputs(seed)
+        sent_inputs = _to_send(inputs)  # before the call: a reference may change its inputs
+        started = time.perf_counter()
+        if self.host_transfers is None:
+            outputs = _to_send(self.audited_reference(inputs, seed))
+        else:
+            outputs = _to_send(self.run_reference(inputs, seed))  # the copy waits for the device
+        self.forward_ms = min(self.forward_ms, 1000 * (time.perf_counter() - started))
+        drawn = {"seed": seed, "inputs": sent_inputs, "outputs": outputs}
+        if 0 < position < trials and (position == 1 or self.stateful):
+            again = self.run_reference(_pristine(sent_inputs), seed)
+            if self.stateful or not same_as_recorded(outputs, again):
+                again = _to_send(again)
+                check = compare_outputs(position, outputs, again, self.config.tolerances())
+                if self.stateful or not check.correct:
+                    if self.stateful is None:
+                        self.stateful = (f"a second call on trial {position}'s inputs under the same "
+                                         f"seed answered otherwise ({check.error})")
+                    drawn["outputs_again"] = again
+        return drawn
+
+    def inputs_at(self, position: int) -> list:
+        """The inputs of the set at `position`: as drawn, or drawn again from its seed where the
+        set was let go (drop_sets); draw_inputs right after the seed gives the same values."""
+        kept = self.sets[position]
+        if kept is not None:
+            return kept["inputs"]
+        seed = self.seeds[position]
+        _seed_all(seed)
+        return _to_send(self.draw_inputs(seed))
 
     def build_model(self, seed: int, init_inputs: list):
         """As KernelBench builds it: under no_grad, right after the seed."""
@@ -488,13 +501,17 @@ class ReferenceServer(RequestServer):
         seed, init_inputs = self.construction
         model = self.placed(self.build_model(seed, init_inputs))
         outputs: list = []
-        for position, trial_set in enumerate(self.sets[: index + 1]):
+        for position in range(index + 1):
             calls = 2 if position == index and second else 1 if position in (0, index) else 2
+            inputs = self.inputs_at(position)
             for _ in range(calls):
-                outputs = self.run_reference(_pristine(trial_set["inputs"]), trial_set["seed"], model)
+                outputs = self.run_reference(_pristine(inputs), self.seeds[position], model)
         return outputs
 
-    def handle_prepare(self, set_count: int) -> dict:
+    def handle_prepare(self, set_count: int, drawn_now: int | None = None) -> dict:
+        """The model built and the first `drawn_now` of the evaluation's `set_count` sets drawn
+        (None: all); the others one at a time by draw_set (a problem whose sets together are
+        more than the host keeps: footprints.streams_sets)."""
         import torch
 
         # As KernelBench: one seed before the init inputs and again right before each model is
@@ -508,13 +525,35 @@ class ReferenceServer(RequestServer):
         state_dict = model.state_dict()
         state_dict = dict(zip(state_dict, _to_send(list(state_dict.values())), strict=True))
         self.model = self.placed(model)
-        self.sets = self.draw_sets(set_count, self.config.trials)
+        self.sets = self.draw_sets(set_count if drawn_now is None else min(drawn_now, set_count), self.config.trials)
+        self.seeds = [drawn["seed"] for drawn in self.sets]
         return {"init_inputs": _to_send(init_inputs), "state_dict": state_dict, "seed": construction_seed,
                 "sets": self.sets, "backend_settings": self.configured.to_dict(),
                 "forward_ms": self.forward_ms if set_count else None, "stateful": self.stateful,
                 "host_transfers": self.host_transfers or [],
                 # The problem's device footprint while preparing (footprints.Measures).
                 "device_peak_bytes": torch.cuda.max_memory_reserved() if self.device.startswith("cuda") else 0}
+
+    def handle_draw_set(self) -> dict:
+        """The next set, with the reference's answer (after prepare's and every earlier one's)."""
+        import torch
+
+        from ..timing.locks import device_work
+
+        with device_work(self.device):  # never beside another worker's timing
+            drawn = self._draw_set(len(self.sets), self.config.trials)
+            if self.device.startswith("cuda"):
+                torch.cuda.empty_cache()  # as draw_sets: the device's memory back to the others
+        self.sets.append(drawn)
+        self.seeds.append(drawn["seed"])
+        return {"set": drawn, "stateful": self.stateful}  # found at the second set's draw
+
+    def handle_drop_sets(self, positions: list[int]) -> dict:
+        """Lets go of the sets at `positions` (their shared memory is freed once the evaluator
+        lets go too); their seeds stay, for a stateful reference's replay (inputs_at)."""
+        for position in positions:
+            self.sets[position] = None
+        return {}
 
     def handle_sizes(self) -> dict:
         """One set's input and output bytes, sized on the meta device (nothing allocated, no

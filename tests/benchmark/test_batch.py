@@ -67,6 +67,39 @@ def test_each_run_shares_references_under_an_id_of_its_own(tmp_path):
     assert batch_id(BatchSettings(share_reference=False)) == ""
 
 
+def test_references_are_shared_only_where_a_problem_has_another_candidate(tmp_path):
+    from benchmark.batch import sharing_for
+    from pytest_cudaagent.records.pairing import Pair
+
+    one_each = [Pair(tmp_path / "a.py", tmp_path / "a_new.py", 0), Pair(tmp_path / "b.py", tmp_path / "b_new.py", 0)]
+    assert sharing_for(one_each, BatchSettings()).share_reference is False
+    repeated = one_each + [Pair(tmp_path / "a.py", tmp_path / "a_other.py", 1)]
+    assert sharing_for(repeated, BatchSettings()).share_reference is True
+    assert sharing_for(repeated, BatchSettings(share_reference=False)).share_reference is False
+
+
+@pytest.mark.parametrize(("candidates", "shared"), [(("a",), False), (("a", "b"), True)])
+def test_a_run_of_one_candidate_per_problem_keeps_no_reference(tmp_path, monkeypatch, candidates, shared):
+    import sys
+
+    from rich.console import Console
+
+    from benchmark import batch
+    from pytest_cudaagent.records.pairing import Pair
+
+    seen = []
+
+    def command(manifest, results_path, run_dir, settings, device, workers):
+        seen.append(settings)
+        return [sys.executable, "-c", "pass"]  # the run itself is not the point here
+    monkeypatch.setattr(batch, "pytest_command", command)
+    problem = TEST_PROBLEMS / "small_leaky_relu.py"
+    pairs = [Pair(problem, tmp_path / f"{name}.py", sample) for sample, name in enumerate(candidates)]
+    batch.run_batch(pairs, tmp_path / "out" / "results.jsonl", BatchSettings(EvalConfig(device="cpu")),
+                    console=Console(quiet=True))
+    assert [settings.share_reference for settings in seen] == [shared]
+
+
 def test_results_tail_waits_for_complete_lines_and_half_lines_are_closed(tmp_path):
     path = tmp_path / "results.jsonl"
     line = fake_result("/p/a.py", "/c/a.py").to_json()

@@ -30,6 +30,13 @@ MIB = 1024**2
 GIB = 1024**3
 WAIT_S = 60
 
+@pytest.fixture(autouse=True)
+def no_host_headroom(monkeypatch):
+    """These tests give the free memory themselves: no share of this machine's memory kept free
+    beyond the footprints (test_admission_taken.py's own test of HOST_HEADROOM_SHARE sets it)."""
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.HOST_HEADROOM_SHARE", 0.0)
+
+
 
 def _hold_shared_memory(nbytes: int, ready, done) -> None:
     """A child that maps and touches `nbytes` of shared memory, as a reference holds its sets."""
@@ -200,3 +207,25 @@ def test_an_admission_after_a_wait_writes_its_reservation_once(tmp_path, monkeyp
     assert len(waiting) == 1  # its need, once, while it waited
     assert len(admitted) == 1 and admitted[0].waiting_since == 0.0 and admitted[0].host_bytes == 2 * GIB
     assert len(written) == 2  # nothing in between
+
+
+@pytest.mark.parametrize("free_gib, admitted", [(20, "by footprint"), (14, "without room")])
+def test_an_admission_leaves_a_share_of_the_host_free(tmp_path, monkeypatch, free_gib, admitted):
+    """On a 100 GiB machine 10 GiB stay free beyond the footprints (HOST_HEADROOM_SHARE): a
+    5 GiB pair beside a running one that reserved and holds nothing more is admitted with 20 GiB
+    available, and waits with 14 (14 - 10 < 5), here until a short time limit."""
+    from pytest_cudaagent.system import host_memory
+
+    monkeypatch.setattr(host_memory, "total_bytes", lambda: 100 * GIB)
+    monkeypatch.setattr(memory_gate, "HOST_HEADROOM_SHARE", 0.10)
+    monkeypatch.setattr(memory_gate, "free_memory", lambda device: (None, free_gib * GIB))
+    monkeypatch.setattr(memory_gate, "shared_memory_free", lambda: 64 * GIB)
+    monkeypatch.setattr(memory_gate, "shared_memory_held", lambda pid: 0)
+    monkeypatch.setattr(memory_gate, "ADMISSION_POLL_S", 0.01)
+    monkeypatch.setattr(memory_gate, "ADMISSION_WAIT_S", 0.3)
+    gate = Gate("cpu", root=tmp_path)
+    with gate.shared("admit", "running") as running:
+        running.admit(Footprint(0, 0))
+        outcome: list[str] = []
+        admitting(gate, Footprint(0, 5 * GIB), outcome).join(WAIT_S)
+    assert outcome and outcome[0].startswith(admitted), outcome

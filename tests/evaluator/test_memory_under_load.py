@@ -33,6 +33,13 @@ ALLOCATOR_MESSAGE = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has 
                      "which 27.06 MiB is free. Including non-PyTorch memory, this process has 1.20 GiB memory in use.")
 WAIT_S = 600  # for another process's step on a loaded machine; never reached when all is well
 
+
+@pytest.fixture(autouse=True)
+def no_host_headroom(monkeypatch):
+    """These tests give the free memory themselves: no share of this machine's memory kept free
+    beyond the footprints (test_admission_taken.py's own test of HOST_HEADROOM_SHARE sets it)."""
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.HOST_HEADROOM_SHARE", 0.0)
+
 # The candidate: PyTorch's leaky_relu, out of memory while the marker `oom` is there (the test
 # creates it while "another evaluation" shares the device); it leaves `raised` behind each time.
 CANDIDATE = '''
@@ -395,14 +402,14 @@ def test_the_footprint_counts_every_held_output_and_both_processes():
     config = cpu_config(trials=5)
     measures = Measures(device_peak_bytes=6 << 30, input_bytes=3 << 30, output_bytes=3 << 30)
     # A device whose memory holds all nine in its window (test_held_window.py: fewer where not).
-    on_gpu = estimate(measures, config, "cuda", memory_total=1 << 40)
+    on_gpu = estimate(measures, config, "cuda", memory_total=1 << 40, host_total=1 << 40)
     # two contexts, the reference's and the candidate's peaks, nine correctness calls' outputs held
     assert on_gpu.device_bytes == 2 * (512 << 20) + 2 * (6 << 30) + 9 * (3 << 30)
     # the trials' sets and one lent set's copies; the nine held outputs' copies, 3 GiB each, are
     # over the budget for copies: digests, no host memory (before: nine 3 GiB host copies)
     sets = (5 + 2) * (6 << 30)
     assert on_gpu.host_bytes == sets
-    on_cpu = estimate(measures, config, "cpu", memory_total=1 << 40)
+    on_cpu = estimate(measures, config, "cpu", memory_total=1 << 40, host_total=1 << 40)
     # on the CPU the held outputs are host memory, and their copies while within the budget (none here)
     assert on_cpu.device_bytes == 0 and on_cpu.host_bytes == sets + 2 * (6 << 30) + 9 * (3 << 30)
 
@@ -418,13 +425,13 @@ def test_held_copies_within_the_device_budget_count_on_the_device_the_rest_nowhe
     output = 300 << 20
     measures = Measures(device_peak_bytes=2 << 30, input_bytes=output, output_bytes=output)
     small = estimate(dataclasses.replace(measures, output_bytes=1 << 20), config, "cuda")
-    on_gpu = estimate(measures, config, "cuda", memory_total=1 << 40)
+    on_gpu = estimate(measures, config, "cuda", memory_total=1 << 40, host_total=1 << 40)
     fitting = HELD_ON_DEVICE_BUDGET_BYTES // output
     assert fitting == 3
     assert on_gpu.device_bytes == 2 * (512 << 20) + 2 * (2 << 30) + (9 + fitting) * output
     sets = (5 + 2) * 2 * output
     assert on_gpu.host_bytes == sets
-    on_cpu = estimate(measures, config, "cpu", memory_total=1 << 40)
+    on_cpu = estimate(measures, config, "cpu", memory_total=1 << 40, host_total=1 << 40)
     assert on_cpu.host_bytes == sets + 2 * (2 << 30) + (9 + fitting) * output  # the outputs, three copies
     assert small.host_bytes == (5 + 2) * (output + (1 << 20))  # every copy fits the device: none on the host
 

@@ -11,7 +11,7 @@ from pytest_cudaagent.workers.worker import (
 )
 
 # What the evaluator asks each side (evaluation.py), by name.
-REFERENCE_REQUESTS = {"sizes", "prepare", "fresh_sets", "repeats_itself", "baseline", "calibrate"}
+REFERENCE_REQUESTS = {"sizes", "prepare", "draw_set", "drop_sets", "fresh_sets", "repeats_itself", "baseline", "calibrate"}
 CANDIDATE_REQUESTS = {"construct", "keep_build", "forward", "check_held", "warm", "stage", "time", "audit"}
 
 
