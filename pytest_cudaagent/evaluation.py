@@ -640,8 +640,9 @@ class Evaluation:
         if not self._streamed:
             return
         self._prepared["sets"][position] = None
-        self._phase("reference", lambda: reference_worker.request(("drop_sets", [position]), self.config.run_timeout_s),
-                    worker=reference_worker, problem_side=True, record=False)
+        dropped = self._phase("reference", lambda: reference_worker.request(("drop_sets", [position]), self.config.run_timeout_s),
+                              worker=reference_worker, problem_side=True, record=False)
+        self.result.env["sets_recycled"] = dropped["recycled"]  # drawn into a set's storage let go
 
     def _check_trials(self, worker: Worker, reference_worker: Worker) -> None:
         """Each trial's set is given to the candidate twice from the second trial on: first

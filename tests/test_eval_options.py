@@ -194,7 +194,8 @@ def test_a_bench_runs_evaluations_get_exactly_the_config_bench_built(tmp_path, m
     rows = [json.loads(line) for line in records.read_text().splitlines()]
     assert len(rows) == len(list((CPU_CANDIDATES).glob("*.py"))) and len({row["pid"] for row in rows}) == 2
     written = EvalConfig.from_dict(json.loads((tmp_path / "out" / ".bench-run" / batch.RUN_CONFIG).read_text()))
-    assert len(written.reference_batch) == 32  # the run's own reference batch
+    # One candidate per bundled problem: no reference to share (batch.sharing_for), so no batch id.
+    assert written.reference_batch == ""
     for row in rows:
         assert EvalConfig.from_dict(row["config"]) == expected(fast_build=False, reference_batch=written.reference_batch)
         assert row["loads"] == 1  # read once in its process, not once per pair

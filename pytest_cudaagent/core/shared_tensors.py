@@ -99,8 +99,12 @@ class SharedBufferPool:
         if type(value) is not torch.Tensor:
             return value
         buffer = self.take(value)
-        buffer.copy_(value)
+        copy_across(buffer, value.detach())  # from a device: its pages locked for the one copy
         return buffer
+
+    def holds_any(self) -> bool:
+        """Whether any buffer is free to take."""
+        return any(self._free.values())
 
     def give_back(self, values: list) -> None:
         for value in tensors(values):

@@ -351,6 +351,12 @@ class ReferenceServer(RequestServer):
         self.model = None  # the reference's model, built by prepare
         self.sets: list[dict | None] = []  # the sets drawn: the trial sets first, then the warm-up sets (None: let go)
         self.seeds: list[int] = []  # each drawn set's seed, kept after the set is let go
+        # The shared memory of sets let go (drop_sets), drawn into again: freeing a 12-16 GiB set
+        # took 11-15 s of each streamed pair on the H100 machine, and fresh pages fault in slowly.
+        from ..core.shared_tensors import SharedBufferPool
+
+        self.recycled = SharedBufferPool()
+        self.sets_recycled = 0  # sets drawn into recycled storages (Result.env["sets_recycled"])
         self.construction: tuple = ()  # (seed, init inputs) the model was built from (replayed)
         self.forward_ms = math.inf  # the fastest reference call while drawing sets
         # Why the reference keeps state across calls (None: it does not, as far as seen).
@@ -452,18 +458,20 @@ class ReferenceServer(RequestServer):
         seed = _fresh_seed()
         _seed_all(seed)
         inputs = self.draw_inputs(seed)
-        sent_inputs = _to_send(inputs)  # before the call: a reference may change its inputs
+        recycling = self.recycled.holds_any()
+        sent_inputs = self._to_send(inputs)  # before the call: a reference may change its inputs
         started = time.perf_counter()
         if self.host_transfers is None:
-            outputs = _to_send(self.audited_reference(inputs, seed))
+            outputs = self._to_send(self.audited_reference(inputs, seed))
         else:
-            outputs = _to_send(self.run_reference(inputs, seed))  # the copy waits for the device
+            outputs = self._to_send(self.run_reference(inputs, seed))  # the copy waits for the device
+        self.sets_recycled += recycling
         self.forward_ms = min(self.forward_ms, 1000 * (time.perf_counter() - started))
         drawn = {"seed": seed, "inputs": sent_inputs, "outputs": outputs}
         if 0 < position < trials and (position == 1 or self.stateful):
             again = self.run_reference(_pristine(sent_inputs), seed)
             if self.stateful or not same_as_recorded(outputs, again):
-                again = _to_send(again)
+                again = self._to_send(again)
                 check = compare_outputs(position, outputs, again, self.config.tolerances())
                 if self.stateful or not check.correct:
                     if self.stateful is None:
@@ -471,6 +479,11 @@ class ReferenceServer(RequestServer):
                                          f"seed answered otherwise ({check.error})")
                     drawn["outputs_again"] = again
         return drawn
+
+    def _to_send(self, values: list) -> list:
+        """Host copies in shared memory (as _to_send), into the storages of sets let go where one
+        of the shape and dtype is free: no process holds them any more (drop_sets)."""
+        return [self.recycled.copy_of(value) for value in values]
 
     def inputs_at(self, position: int) -> list:
         """The inputs of the set at `position`: as drawn, or drawn again from its seed where the
@@ -552,8 +565,10 @@ class ReferenceServer(RequestServer):
         """Lets go of the sets at `positions` (their shared memory is freed once the evaluator
         lets go too); their seeds stay, for a stateful reference's replay (inputs_at)."""
         for position in positions:
-            self.sets[position] = None
-        return {}
+            dropped, self.sets[position] = self.sets[position], None
+            if dropped is not None:  # the evaluator let go first: drawn into again (recycled)
+                self.recycled.give_back([dropped["inputs"], dropped["outputs"], dropped.get("outputs_again", [])])
+        return {"recycled": self.sets_recycled}
 
     def handle_sizes(self) -> dict:
         """One set's input and output bytes, sized on the meta device (nothing allocated, no
