@@ -2,6 +2,8 @@
 
     python -m experiments.build_speed                      # CPU: C++ candidates evaluated, CUDA compile steps
     python -m experiments.build_speed --device cuda --fresh 10 --jobs 3   # GPU: CUDA candidates evaluated
+    python -m experiments.build_speed --skip-evaluated --steps-candidates .styles/candidates --steps-count 6
+                                                           # CPU: compile steps of published-style candidates
     python -m experiments.build_speed --device cuda --modes plain,diet,all --fresh 20 \\
         --pairs .styles/problems .styles/candidates --jobs 8      # candidates in published solutions' styles
 """
@@ -24,6 +26,7 @@ import pandas as pd
 from benchmark.leaderboard import markdown_table
 from experiments.throughput_templates import write_candidates
 from pytest_cudaagent import EvalConfig, evaluate
+from pytest_cudaagent.builds import header_diet
 from pytest_cudaagent.builds.fast_build import (
     ensure_pch,
     pch_dir,
@@ -235,12 +238,25 @@ def timed_steps(build: dict, fast: bool, root: Path | None, directory: Path) -> 
     if nvcc_before is not None:
         os.environ["PYTORCH_NVCC"] = nvcc_before
     steps = {}
+    # fast: the header diet and the binding split as the candidate's worker has them (on by default).
+    environment = {**os.environ, header_diet.ENV: "1" if fast else "0"}
     for source in build["sources"]:
         target = Path(source).name.replace(".cu", ".cuda.o") if source.endswith(".cu") else f"{Path(source).stem}.o"
         command = ["ninja", "-C", str(directory), target]
-        _, wall_s, cpu_s = measured(lambda command=command: subprocess.run(command, check=True, capture_output=True))
+        _, wall_s, cpu_s = measured(lambda command=command: subprocess.run(command, check=True, capture_output=True,
+                                                                            env=environment))
         steps[target] = (wall_s, cpu_s)
     return steps
+
+
+def build_totals(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per candidate: plain's and fast's CPU seconds over all its compile steps and their ratio; a
+    last row with the medians."""
+    totals = steps.pivot_table(index="candidate", columns="mode", values="CPU s", aggfunc="sum").reset_index()
+    totals["fast / plain"] = (totals["fast"] / totals["plain"]).round(2)
+    median = {"candidate": "median", "plain": totals["plain"].median(), "fast": totals["fast"].median(),
+              "fast / plain": totals["fast / plain"].median()}
+    return pd.concat([totals, pd.DataFrame([median])], ignore_index=True)[["candidate", "plain", "fast", "fast / plain"]]
 
 
 def stub_headers(scratch: Path) -> Path:
@@ -286,6 +302,9 @@ def main() -> None:
     parser.add_argument("--steps-of", choices=("cuda", "cpu"), default="cuda",
                         help="which bundled candidates the compile-step table times")
     parser.add_argument("--no-pch", action="store_true", help="compile-step table: fast is split_nvcc only")
+    parser.add_argument("--steps-candidates", type=Path, metavar="DIR",
+                        help="compile-step table of these candidates (published_styles' candidates/) instead of the bundled")
+    parser.add_argument("--steps-count", type=int, default=0, help="with --steps-candidates: this many, spread evenly")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: evaluate the CUDA candidates (needs a GPU) instead of the C++ ones")
     parser.add_argument("--fresh", type=int, default=0, help="with --device cuda: also this many generated candidates")
@@ -314,11 +333,17 @@ def main() -> None:
             pairs = [pair for pair in cpu_pairs(scratch) if not args.only or pair[0].split()[-1] in args.only]
             print("\nCold builds, evaluated on the CPU (empty build cache each):")
             print(markdown_table(evaluated_table(pairs, scratch)))
-        step_candidates = sorted((ROOT / "examples" / "candidates" / args.steps_of).glob("*.py"))
+        step_candidates = sorted((args.steps_candidates or ROOT / "examples" / "candidates" / args.steps_of).glob("*.py"))
+        if args.steps_count:
+            step_candidates = [step_candidates[int(i * len(step_candidates) / args.steps_count)]
+                               for i in range(min(args.steps_count, len(step_candidates)))]
         step_candidates = [path for path in step_candidates if not args.only or path.stem in args.only]
         print("\nCompile steps (torch's ninja file, the machine's arch list or 9.0+PTX as on an H100; "
               f"fast: the .cu through split_nvcc{'' if args.no_pch else ', the C++ with the shared PCH'}):")
-        print(markdown_table(steps_table(step_candidates, scratch, pch=not args.no_pch)))
+        steps = steps_table(step_candidates, scratch, pch=not args.no_pch)
+        print(markdown_table(steps))
+        print("\nEach candidate's compile steps together (CPU s), and fast's share of plain's:")
+        print(markdown_table(build_totals(steps)))
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@
 Each candidate keeps its problem's `Model` (the PyTorch glue most published solutions keep for
 convolutions and GEMMs) and runs the output through a fused element-wise CUDA epilogue built with
 `load_inline`, written the ways published solutions write them: `#include <torch/extension.h>`
-with a declaration in `cpp_sources` and `functions=[...]`; a float4-vectorised kernel; two kernels
-on PyTorch's current stream; an `AT_DISPATCH_FLOATING_TYPES` template. Every candidate has its own
+with the binding written in the `.cu` (`PYBIND11_MODULE`, `functions=None`: two in three, as in
+published sets) or a declaration in `cpp_sources` and `functions=[...]`; a float4-vectorised
+kernel; two kernels on PyTorch's current stream; an `AT_DISPATCH_FLOATING_TYPES` template. Every candidate has its own
 extension name and constants, so every build is cold. The epilogue computes x * 1 + 0 (exact), so
 a candidate is correct unless made wrong on purpose (every twelfth: scaled by 1.5) or made not to
 compile (two of them: an undeclared name).
@@ -38,6 +39,13 @@ LEVELS = ("level1", "level2", "level3")
 STYLES = ("declared", "vectorized", "two_kernels", "dispatch")
 WRONG_EVERY = 12  # the 12th, 24th, ... candidate scales its output by 1.5
 BROKEN = (17, 53)  # these (1-based) do not compile
+# Of 55 published CUDA sources that include torch/extension.h, 36 write the binding in the .cu
+# (#41): two in three candidates here do, the others declare it in cpp_sources.
+BINDING_IN_CU_EVERY = 3  # all but every third
+
+
+def binding_in_cu(number: int) -> bool:
+    return number % BINDING_IN_CU_EVERY != 0
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,7 @@ class StyledPair:
     style: str
     wrong: bool
     broken: bool
+    binding: bool = False  # PYBIND11_MODULE written in the .cu, load_inline with functions=None
 
 
 _HEADER = '''"""Written for the side-by-side benchmark in the style "{style}": the problem's own model, its output
@@ -164,16 +173,25 @@ torch::Tensor epilogue_cuda(torch::Tensor input) {{
 
 _KERNELS = {"declared": _DECLARED, "vectorized": _VECTORIZED, "two_kernels": _TWO_KERNELS, "dispatch": _DISPATCH}
 
+# The binding written in the .cu, as most published solutions write it.
+_BINDING = r"""
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{
+    m.def("epilogue_cuda", &epilogue_cuda, "fused epilogue (CUDA)");
+}}
+"""
+_DECLARED_BINDING = '''epilogue_cpp_source = "torch::Tensor epilogue_cuda(torch::Tensor x);"'''
+_BINDING_IN_CU = '''epilogue_cpp_source = ""'''
+
 _LOAD = '''
 epilogue_source = r"""{cuda}"""
 
-epilogue_cpp_source = "torch::Tensor epilogue_cuda(torch::Tensor x);"
+{cpp_source}
 
 epilogue = load_inline(
     name="{name}",
     cpp_sources=epilogue_cpp_source,
     cuda_sources=epilogue_source,
-    functions=["epilogue_cuda"],
+    functions={functions},
     verbose=False,
     extra_cflags=["-O3"],
     extra_ldflags=[""],
@@ -205,8 +223,13 @@ def candidate_source(pair: StyledPair, index: int) -> str:
     cuda = _KERNELS[pair.style].format(tag=tag, block=block, scale="1.5" if pair.wrong else "1.0",
                                        broken=" + undeclared_offset" if pair.broken else "")
     what = " (wrong on purpose: scaled by 1.5)" if pair.wrong else " (does not compile, on purpose)" if pair.broken else ""
-    return (_HEADER.format(style=pair.style, what=what) + model_source(pair.problem_source.read_text())
-            + _LOAD.format(cuda=cuda, name=f"styled_{tag}"))
+    style = f"{pair.style}, binding in the .cu" if pair.binding else pair.style
+    if pair.binding:
+        cuda, cpp_source, functions = cuda + _BINDING.format(), _BINDING_IN_CU, "None"
+    else:
+        cpp_source, functions = _DECLARED_BINDING, '["epilogue_cuda"]'
+    return (_HEADER.format(style=style, what=what) + model_source(pair.problem_source.read_text())
+            + _LOAD.format(cuda=cuda, name=f"styled_{tag}", cpp_source=cpp_source, functions=functions))
 
 
 def set_mib(problem: Path) -> float | None:
@@ -251,7 +274,8 @@ def choose(kernelbench: Path, count: int, max_set_mib: float) -> list[StyledPair
         for problem in taken[level]:
             number = len(chosen) + 1
             chosen.append(StyledPair(f"{level}_{problem.stem}", problem, STYLES[number % len(STYLES)],
-                                     wrong=number % WRONG_EVERY == 0, broken=number in BROKEN))
+                                     wrong=number % WRONG_EVERY == 0, broken=number in BROKEN,
+                                     binding=binding_in_cu(number)))
     return chosen
 
 

@@ -273,11 +273,12 @@ def _include_dirs(argv: list[str]) -> list[str]:
     return found
 
 
-def dieted_arguments(argv: list[str], lean: bool = True) -> list[tuple[str, list[str], str]] | str:
+def dieted_arguments(argv: list[str], lean: bool = True, text: str | None = None) -> list[tuple[str, list[str], str]] | str:
     """The copies to try in order, each as (level, nvcc's arguments compiling it, its path): the
     lean copy (`lean`), then the copy on torch/types.h; or why none. Each copy goes beside the
     object, as `<object>.<level>.cu` (the build directory, writable wherever the build is), with
-    the source's own directory searched for its quoted includes."""
+    the source's own directory searched for its quoted includes. `text`: what the copies are made
+    of instead of the source's own text (its kernels without its binding: binding_split.py)."""
     if argv.count("-c") != 1 or "-o" not in argv[:-1]:
         return "not one -c compile with -o"
     source_index = argv.index("-c") + 1
@@ -285,8 +286,9 @@ def dieted_arguments(argv: list[str], lean: bool = True) -> list[tuple[str, list
         return "no .cu source after -c"
     source = argv[source_index]
     try:
-        with open(source, encoding="utf-8") as file:
-            text = file.read()
+        if text is None:
+            with open(source, encoding="utf-8") as file:
+                text = file.read()
     except (OSError, UnicodeDecodeError) as error:
         return f"unreadable source: {error}"
     original = os.path.abspath(source)

@@ -48,8 +48,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 try:
-    from . import header_diet
+    from . import binding_split, header_diet
 except ImportError:  # run as a file, as torch's ninja files run it: its folder is on sys.path
+    import binding_split
     import header_diet
 
 REAL_NVCC_ENV = "CUDAAGENT_REAL_NVCC"
@@ -349,13 +350,21 @@ def write_log(log: dict) -> None:
 
 def dieted_compile(argv: list[str], log: dict) -> int | None:
     """0 when a copy of the source on fewer torch headers compiled (header_diet.py: the lean copy,
-    then the one on torch/types.h): its output printed, its own log line merged into `log`. None,
-    the reasons in `log`, to compile the source as written; nothing of a failed copy's compile is
-    shown (the next copy's, or the source's own compile, speaks)."""
+    then the one on torch/types.h), or its kernels did beside its binding (binding_split.py): its
+    output printed, its own log line merged into `log`. None, the reasons in `log`, to compile the
+    source as written; nothing of a failed copy's compile is shown (the next copy's, or the
+    source's own compile, speaks)."""
     attempts = header_diet.dieted_arguments(argv, lean=os.environ.get(header_diet.LEAN_ENV, "1") != "0")
     if isinstance(attempts, str):
         log["diet"] = attempts
-        return None
+        return split_binding_compile(argv, log)
+    return _compiled_copy(argv, attempts, log)
+
+
+def _compile_copies(attempts: list) -> tuple[tuple | None, list]:
+    """The first copy that compiles: (level, its nvcc's completed process, its path, its log
+    lines), or None; and the failed attempts. Nothing printed; the copies that did not compile,
+    and those not tried, removed."""
     failed = []
     for level, dieted_argv, copy in attempts:
         started = time.perf_counter()
@@ -369,31 +378,116 @@ def dieted_compile(argv: list[str], log: dict) -> int | None:
         finally:
             os.unlink(inner_log)
         if completed.returncode == 0:
-            for stream, data in ((sys.stdout, completed.stdout), (sys.stderr, completed.stderr)):
-                stream.flush()
-                stream.buffer.write(data)
-                stream.flush()
-            log.update(json.loads(lines[-1]) if lines else {})
-            log["diet"], log["diet_level"] = "used", level
-            _name_the_source_in_the_depfile(argv, copy)
             for _, _, unused in attempts:
                 if unused != copy:
                     with contextlib.suppress(OSError):
                         os.unlink(unused)
-            if failed:
-                log["diet_failed"] = failed
-            return 0
+            return (level, completed, copy, lines), failed
         with contextlib.suppress(OSError):
             os.unlink(copy)
         failed.append({"level": level, "exit": completed.returncode,
                        "wall_s": round(time.perf_counter() - started, 3)})
-    log["diet"] = "every copy failed: compiled as written"
-    log["diet_failed"] = failed
-    log["diet_wall_s"] = round(sum(attempt["wall_s"] for attempt in failed), 3)
-    return None
+    return None, failed
 
 
-def _name_the_source_in_the_depfile(argv: list[str], copy: str) -> None:
+def _show(*completed_processes) -> None:
+    for completed in completed_processes:
+        for stream, data in ((sys.stdout, completed.stdout), (sys.stderr, completed.stderr)):
+            stream.flush()
+            stream.buffer.write(data)
+            stream.flush()
+
+
+def _compiled_copy(argv: list[str], attempts: list, log: dict) -> int | None:
+    compiled, failed = _compile_copies(attempts)
+    if compiled is None:
+        log["diet"] = "every copy failed: compiled as written"
+        log["diet_failed"] = failed
+        log["diet_wall_s"] = round(sum(attempt["wall_s"] for attempt in failed), 3)
+        return None
+    level, completed, copy, lines = compiled
+    _show(completed)
+    log.update(json.loads(lines[-1]) if lines else {})
+    log["diet"], log["diet_level"] = "used", level
+    _name_the_source_in_the_depfile(argv, copy)
+    if failed:
+        log["diet_failed"] = failed
+    return 0
+
+
+def split_binding_compile(argv: list[str], log: dict) -> int | None:
+    """A source whose own PYBIND11_MODULE kept it off the diet: its kernels compiled through the
+    diet's copies and its binding as C++ with torch's own C++ flags, at once, then linked into the
+    one object asked for (binding_split.py). None, the reason in `log["binding"]`, to compile the
+    source as written."""
+    source, output = argv[argv.index("-c") + 1], argv[argv.index("-o") + 1]
+    try:
+        with open(source, encoding="utf-8") as file:
+            text = file.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not binding_split.BLOCK_START.search(text):
+        return None
+    started = time.perf_counter()
+    parts = binding_split.split(text, os.path.abspath(source))
+    linker = shutil.which("ld")
+    command = binding_split.cxx_command(os.getcwd()) if linker else "no ld to link the two objects"
+    if isinstance(parts, str) or isinstance(command, str):
+        log["binding"] = parts if isinstance(parts, str) else command
+        return None
+    kernels_object, binding_object, binding_source = (f"{output}.kernels.o", f"{output}.binding.o",
+                                                      f"{output}.binding.cpp")
+    kernels_argv = list(argv)
+    kernels_argv[kernels_argv.index("-o") + 1] = kernels_object
+    attempts = header_diet.dieted_arguments(kernels_argv, lean=os.environ.get(header_diet.LEAN_ENV, "1") != "0",
+                                            text=parts.kernels)
+    if isinstance(attempts, str):
+        log["binding"] = f"its kernels: {attempts}"
+        return None
+    with open(binding_source, "w", encoding="utf-8") as file:
+        file.write(parts.binding)
+    made = [kernels_object, binding_object, binding_source]
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            binding = pool.submit(subprocess.run, [*command, "-c", binding_source, "-o", binding_object],
+                                  capture_output=True)
+            compiled, failed = _compile_copies(attempts)
+            binding = binding.result()
+        if compiled is None or binding.returncode != 0:
+            log["binding"] = ("its kernels compiled on no copy" if compiled is None
+                              else f"its binding did not compile (exit {binding.returncode})")
+            if compiled is not None:
+                made.append(compiled[2])
+            return None
+        missing = binding_split.unresolved(binding_split.nm_symbols(binding_object),
+                                           binding_split.nm_symbols(kernels_object), parts.declared)
+        if missing:
+            log["binding"] = f"the kernels' object does not define {missing[0]}"
+            made.append(compiled[2])
+            return None
+        linked = subprocess.run([linker, "-r", "-o", output, kernels_object, binding_object], capture_output=True)
+        if linked.returncode != 0:
+            log["binding"] = f"ld -r failed: {linked.stderr.decode(errors='replace')[:300]}"
+            made.append(compiled[2])
+            return None
+        level, kernels, copy, lines = compiled
+        _show(kernels, binding)
+        log.update(json.loads(lines[-1]) if lines else {})
+        log.update({"output": output, "diet": "used", "diet_level": level, "binding": "split", "declared": parts.declared,
+                    "binding_wall_s": round(time.perf_counter() - started, 3)})
+        if failed:
+            log["diet_failed"] = failed
+        _name_the_source_in_the_depfile(argv, copy, kernels_object)
+        return 0
+    finally:
+        for path in made:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        with contextlib.suppress(OSError):
+            os.unlink(f"{binding_object}.d")
+
+
+def _name_the_source_in_the_depfile(argv: list[str], copy: str, compiled_object: str | None = None) -> None:
     """The depfile asked for (-MF F) lists what the copy was compiled from: the source as
     written stands in the copy's place, so ninja's dependencies are the build's own files (a
     build folder moved without the copy, or the copy removed, would otherwise look out of date
@@ -407,6 +501,9 @@ def _name_the_source_in_the_depfile(argv: list[str], copy: str) -> None:
             text = file.read()
         # Make writes paths with spaces escaped by a backslash.
         renamed = text.replace(copy.replace(" ", "\\ "), os.path.abspath(source).replace(" ", "\\ "))
+        if compiled_object is not None:  # the kernels' object, linked into the one ninja asked for
+            output = argv[argv.index("-o") + 1]
+            renamed = renamed.replace(compiled_object.replace(" ", "\\ "), output.replace(" ", "\\ "))
         if renamed != text:
             with open(depfile, "w", encoding="utf-8") as file:
                 file.write(renamed)

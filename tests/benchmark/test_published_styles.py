@@ -115,3 +115,14 @@ def test_write_pairs_writes_problems_and_candidates_of_the_same_names(tmp_path):
 def test_the_command_says_what_to_pass_without_a_checkout(tmp_path, capsys):
     assert published_styles.main(["--kernelbench", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     assert "--kernelbench" in capsys.readouterr().err
+
+
+def test_two_in_three_candidates_write_their_binding_in_the_cu_as_published_sets_do(tmp_path):
+    pairs = choose(kernelbench_tree(tmp_path), count=12, max_set_mib=256)
+    with_binding = [pair for pair in pairs if pair.binding]
+    assert len(with_binding) == 8  # all but every third of 12
+    for index, pair in enumerate(pairs, start=1):
+        text = candidate_source(pair, index)
+        assert ("PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)" in text) == pair.binding
+        assert ("functions=None" in text) == pair.binding and ('functions=["epilogue_cuda"]' in text) != pair.binding
+        ast.parse(text)
