@@ -331,6 +331,9 @@ run_section() {
         run=$dir/$label/shard-$i; mkdir -p "$run"
         if [ -n "${IDENTITY_FULL_FROM:-}" ] && [ -f "$IDENTITY_FULL_FROM/shard-$i/results.jsonl" ] && [ ! -f "$run/results.jsonl" ]; then
           cp "$IDENTITY_FULL_FROM/shard-$i/results.jsonl" "$run/"
+        elif [ -n "${IDENTITY_ROWS_FROM:-}" ] && [ -f "$IDENTITY_ROWS_FROM" ] && [ ! -f "$run/results.jsonl" ]; then
+          # Rows of one unsharded bench (identity-all's): each shard resumes from those of its own problems.
+          python3 -m experiments.under_load rows-of-shard "$IDENTITY_ROWS_FROM" "$i/$gpus" > "$run/results.jsonl"
         fi
         CUDA_VISIBLE_DEVICES=$i \
           timeout --signal=TERM --kill-after=30 "${UL_TIMEOUT_S:-280}" taskset -c "$((i * per))-$((i * per + per - 1))" \

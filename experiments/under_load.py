@@ -297,6 +297,21 @@ def print_report(found: dict, markdown: bool) -> None:
             print(table.to_string(index=False) if not table.empty else "(none)")
 
 
+def rows_of_shard(results: Path, shard_text: str) -> list[str]:
+    """The lines of a results file (one unsharded bench's) whose problems shard I/N holds, as
+    `cudaagent bench --shard I/N` assigns KernelBench problems (by level and file name): what that
+    shard resumes from."""
+    from benchmark.shards import parse_shard, problem_key, shard_of
+
+    shard = parse_shard(shard_text)
+    kept = []
+    for line in results.read_text().splitlines(keepends=True):
+        problem = Path(json.loads(line)["problem"])
+        if shard_of(problem_key(problem.parent.name, problem.name), shard.count) == shard.index:
+            kept.append(line)
+    return kept
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.under_load", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -311,7 +326,13 @@ def main(argv: list[str] | None = None) -> int:
     report_parser.add_argument("runs", nargs="+", metavar="LABEL=DIR", help="bench output directories; the first is the baseline")
     report_parser.add_argument("--json", type=Path, help="write the report here")
     report_parser.add_argument("--markdown", action="store_true", help="print markdown tables")
+    rows_parser = commands.add_parser("rows-of-shard", help="print the rows of a results file that shard I/N holds")
+    rows_parser.add_argument("results", type=Path)
+    rows_parser.add_argument("shard", metavar="I/N")
     args = parser.parse_args(argv)
+    if args.command == "rows-of-shard":
+        sys.stdout.writelines(rows_of_shard(args.results, args.shard))
+        return 0
     if args.command == "prepare":
         plan = prepare(args.kernelbench, [level.strip() for level in args.level.split(",")], args.out,
                        args.max_set_gib, args.large_samples)

@@ -85,3 +85,24 @@ def test_a_run_cut_at_its_time_limit_reports_the_limit_and_says_so(tmp_path):
     (cut / "wall.txt").write_text("270 124\n")
     summary = report([Run.read("cut", cut)])["runs"][0]
     assert (summary["wall s"], summary["cut"], summary["pairs without a row"]) == (270.0, True, 1)
+
+
+def test_the_rows_of_one_unsharded_bench_go_to_the_shard_that_holds_their_problem(tmp_path, capsys):
+    """identity-gpus resumes each shard from identity-all's rows: every row lands in exactly one
+    shard, the one `bench --shard` gives its problem."""
+    from benchmark.shards import problem_key, shard_of
+    from experiments.under_load import main, rows_of_shard
+
+    names = [("level1", f"{number}_Problem.py") for number in range(1, 30)] + [("level3", "5_Model.py")]
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps({"problem": f"/anywhere/KernelBench/{level}/{name}", "candidate": "c.py"}) + "\n"
+                               for level, name in names))
+    shards = [rows_of_shard(results, f"{index}/3") for index in range(3)]
+    assert sorted(line for shard in shards for line in shard) == sorted(results.read_text().splitlines(keepends=True))
+    for index, shard in enumerate(shards):
+        assert shard, "30 problems over 3 shards: none empty"
+        for line in shard:
+            problem = Path(json.loads(line)["problem"])
+            assert shard_of(problem_key(problem.parent.name, problem.name), 3) == index
+    assert main(["rows-of-shard", str(results), "1/3"]) == 0
+    assert capsys.readouterr().out == "".join(shards[1])
