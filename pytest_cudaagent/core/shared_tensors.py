@@ -81,6 +81,8 @@ class SharedBufferPool:
 
     def __init__(self) -> None:
         self._free: dict[tuple, list[torch.Tensor]] = {}
+        self.fresh = 0  # buffers made because none of the shape and dtype was free
+        self.reused = 0  # buffers taken from those given back
 
     @staticmethod
     def _key(tensor: torch.Tensor) -> tuple:
@@ -89,7 +91,11 @@ class SharedBufferPool:
     def take(self, like: torch.Tensor) -> torch.Tensor:
         """A contiguous shared tensor of `like`'s shape and dtype, its contents whatever they were."""
         free = self._free.get(self._key(like))
-        return free.pop() if free else shared_empty(like.shape, like.dtype)
+        if free:
+            self.reused += 1
+            return free.pop()
+        self.fresh += 1
+        return shared_empty(like.shape, like.dtype)
 
     def copy_of(self, value: object) -> object:
         """`value` copied into lent buffers (a tensor, or each tensor nested in it), or as is."""
@@ -101,10 +107,6 @@ class SharedBufferPool:
         buffer = self.take(value)
         copy_across(buffer, value.detach())  # from a device: its pages locked for the one copy
         return buffer
-
-    def holds_any(self) -> bool:
-        """Whether any buffer is free to take."""
-        return any(self._free.values())
 
     def give_back(self, values: list) -> None:
         for value in tensors(values):

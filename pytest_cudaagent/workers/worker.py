@@ -458,14 +458,15 @@ class ReferenceServer(RequestServer):
         seed = _fresh_seed()
         _seed_all(seed)
         inputs = self.draw_inputs(seed)
-        recycling = self.recycled.holds_any()
+        fresh_before, reused_before = self.recycled.fresh, self.recycled.reused
         sent_inputs = self._to_send(inputs)  # before the call: a reference may change its inputs
         started = time.perf_counter()
         if self.host_transfers is None:
             outputs = self._to_send(self.audited_reference(inputs, seed))
         else:
             outputs = self._to_send(self.run_reference(inputs, seed))  # the copy waits for the device
-        self.sets_recycled += recycling
+        # Recycled: every tensor of the set went into a storage let go, none into fresh memory.
+        self.sets_recycled += self.recycled.fresh == fresh_before and self.recycled.reused > reused_before
         self.forward_ms = min(self.forward_ms, 1000 * (time.perf_counter() - started))
         drawn = {"seed": seed, "inputs": sent_inputs, "outputs": outputs}
         if 0 < position < trials and (position == 1 or self.stateful):

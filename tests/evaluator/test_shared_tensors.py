@@ -81,6 +81,8 @@ def test_lent_buffers_are_reused_once_given_back():
     other = pool.take(torch.ones(4, 4))  # none free of that shape: a new one
     assert other.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
     assert pool.take(torch.ones(4, 4, dtype=torch.float64)).dtype == torch.float64
+    # What Result.env["sets_recycled"] is counted from: buffers reused, and made afresh.
+    assert (pool.reused, pool.fresh) == (1, 3)
 
 
 def test_outputs_go_into_the_lent_storage_when_they_fit_else_a_fresh_copy():

@@ -42,6 +42,37 @@ def test_an_honest_candidate_passes_with_its_sets_streamed(streamed):
     assert result.env["sets_recycled"] == 4
 
 
+SHAPE_ALTERNATES = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2.0
+
+_draws = [0]
+
+def get_inputs():
+    _draws[0] += 1
+    return [torch.randn(64, 64 + _draws[0] % 2)]  # 65 wide, then 64, 65, ...
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_set_counts_as_recycled_only_when_every_tensor_found_a_storage_of_its_shape(streamed, tmp_path):
+    """Sets of alternating shapes: the second set (64 wide) finds only the first's 65-wide
+    storages, so it is drawn into fresh memory and not counted; each later set finds the storage
+    of the set two before it."""
+    problem = tmp_path / "alternating.py"
+    problem.write_text(SHAPE_ALTERNATES)
+    candidate = tmp_path / "alternating_new.py"
+    candidate.write_text(SHAPE_ALTERNATES.replace("class Model", "class ModelNew"))
+    result = streamed_result(problem, candidate, streamed)
+    assert result.status == "passed", result.summary()
+    assert result.env["sets_recycled"] == 3
+
+
 @pytest.mark.parametrize("candidate", ["zeros_output.py", "wrong_shape.py", "nan_output.py"])
 def test_a_wrong_candidate_is_still_incorrect(streamed, candidate):
     result = streamed_result(LEAKY, TEST_CANDIDATES / candidate, streamed)
