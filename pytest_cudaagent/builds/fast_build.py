@@ -14,6 +14,7 @@ parsing of `torch/extension.h` (gcc ignores a PCH whose flags differ and parses 
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -36,7 +37,7 @@ from pathlib import Path
 
 from ..core.config import BUILD_NICENESS, PCH_BUILD_TIMEOUT_S
 from ..timing.locks import file_lock
-from . import header_diet, split_nvcc
+from . import binding_split, header_diet, split_nvcc
 
 PCH_HEADER = "cudaagent_pch.h"
 PCH_DONE = "done.json"
@@ -440,7 +441,7 @@ def install(pch_root: Path | None, split: bool = True, diet: bool = False, lean:
     "Builds")."""
     from torch.utils import cpp_extension
 
-    install_nvcc_wrapper(split, diet, lean)
+    wrapped_nvcc = install_nvcc_wrapper(split, diet, lean)
 
     original = cpp_extension._jit_compile
     signature = inspect.signature(original)
@@ -458,9 +459,73 @@ def install(pch_root: Path | None, split: bool = True, diet: bool = False, lean:
         if header is not None:
             arguments["extra_cflags"] = [*(arguments.get("extra_cflags") or []), "-include", str(header)]
         with build_lock(arguments["build_directory"]):
+            moved = binding_to_main(sources, arguments["build_directory"]) if wrapped_nvcc and diet else None
+            if moved is None:
+                return niced(lambda: original(*bound.args, **bound.kwargs), BUILD_NICENESS)
+            try:
+                return niced(lambda: original(*bound.args, **bound.kwargs), BUILD_NICENESS)
+            except Exception as error:  # noqa: BLE001 - the build as written decides
+                logger.info("the binding moved into main.cpp did not build (%s): building as written", error)
+                moved.refuse()
+            finally:
+                moved.undo()
             return niced(lambda: original(*bound.args, **bound.kwargs), BUILD_NICENESS)
 
     cpp_extension._jit_compile = jit_compile
+
+
+# load_inline's main.cpp when the binding is the .cu's own: the include and an empty C++ source.
+BARE_MAIN = "#include <torch/extension.h>"
+BINDING_REFUSED = ".cudaagent-binding-as-written"  # in the build directory: once failed, not tried again
+
+
+@dataclass
+class MovedBinding:
+    """A `.cu`'s PYBIND11_MODULE block moved into `main.cpp` for one build (binding_to_main)."""
+
+    main: Path
+    main_text: str
+    build_directory: Path
+
+    def undo(self) -> None:
+        """main.cpp as load_inline wrote it, and nvcc told nothing (torch hashed what it built)."""
+        self.main.write_text(self.main_text)
+        os.environ.pop(split_nvcc.BINDING_IN_MAIN_ENV, None)
+
+    def refuse(self) -> None:
+        with contextlib.suppress(OSError):
+            (self.build_directory / BINDING_REFUSED).touch()
+
+
+def binding_to_main(sources, build_directory) -> MovedBinding | None:
+    """load_inline of a `.cu` that writes its own PYBIND11_MODULE (functions=None, an empty C++
+    source): its `main.cpp` is the bare torch/extension.h include, compiled (with the shared PCH)
+    for nothing. The binding (binding_split.py: the block, declarations of the functions it
+    calls) is compiled there instead, and nvcc told to compile the `.cu`'s kernels only
+    (split_nvcc.BINDING_IN_MAIN_ENV): one parse of torch/extension.h fewer than the binding in a
+    translation unit of its own. None where that does not apply; the caller builds as written if
+    the build fails (a binding that needs more of the source than its functions)."""
+    paths = [Path(source) for source in sources]
+    mains = [path for path in paths if path.name == "main.cpp"]
+    cuda = [path for path in paths if path.suffix == ".cu"]
+    # load_inline writes main.cpp in the build directory; a main.cpp of the candidate's own (load)
+    # is never touched.
+    if len(mains) != 1 or len(cuda) != 1 or mains[0].resolve().parent != Path(build_directory).resolve() \
+            or (Path(build_directory) / BINDING_REFUSED).exists():
+        return None
+    try:
+        main_text, cuda_text = mains[0].read_text(), cuda[0].read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if main_text.strip() != BARE_MAIN or not binding_split.BLOCK_START.search(cuda_text):
+        return None
+    parts = binding_split.split(cuda_text, str(cuda[0].resolve()))
+    if isinstance(parts, str):
+        return None
+    moved = MovedBinding(mains[0], main_text, Path(build_directory))
+    mains[0].write_text(main_text + parts.binding)
+    os.environ[split_nvcc.BINDING_IN_MAIN_ENV] = str(cuda[0].resolve())
+    return moved
 
 
 def niced(call, increment: int):

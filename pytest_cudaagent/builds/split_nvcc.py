@@ -58,6 +58,9 @@ REAL_NVCC_ENV = "CUDAAGENT_REAL_NVCC"
 # (what the build benchmark and the tests read).
 LOG_ENV = "CUDAAGENT_NVCC_LOG"
 SPLIT_WHEN_BUSY_ENV = "CUDAAGENT_SPLIT_WHEN_BUSY"
+# The .cu (its absolute path) whose PYBIND11_MODULE block fast_build moved into main.cpp for this
+# build: only its kernels are compiled here (binding_split.py), never its binding a second time.
+BINDING_IN_MAIN_ENV = "CUDAAGENT_BINDING_IN_MAIN"
 # "0": nvcc's own sequence always (EvalConfig.split_nvcc off; the header diet may still be on).
 SPLIT_ENV = "CUDAAGENT_SPLIT_NVCC"
 # The tools nvcc's plan may name on the parallel path; anything else runs the real nvcc.
@@ -361,6 +364,34 @@ def dieted_compile(argv: list[str], log: dict) -> int | None:
     return _compiled_copy(argv, attempts, log)
 
 
+def kernels_only_compile(argv: list[str], log: dict) -> int:
+    """The .cu whose binding main.cpp compiles (fast_build.binding_to_main): its kernels, the block
+    blanked, through the diet's copies, else as written less the block (the source itself would
+    define the module a second time). A failure is the build's: fast_build then builds as written."""
+    source, output = argv[argv.index("-c") + 1], argv[argv.index("-o") + 1]
+    with open(source, encoding="utf-8") as file:
+        parts = binding_split.split(file.read(), os.path.abspath(source))
+    if isinstance(parts, str):  # fast_build split it the same way: only a changed file gets here
+        print(f"split_nvcc: {source} changed since its binding was moved: {parts}", file=sys.stderr)
+        return 1
+    log["binding"] = "in main.cpp"
+    attempts = header_diet.dieted_arguments(argv, lean=os.environ.get(header_diet.LEAN_ENV, "1") != "0",
+                                            text=parts.kernels)
+    if not isinstance(attempts, str) and _compiled_copy(argv, attempts, log) == 0:
+        log["output"] = output
+        return 0
+    copy = f"{os.path.abspath(output)}.kernels.cu"
+    with open(copy, "w", encoding="utf-8") as file:
+        file.write(binding_split._line_directive(1, os.path.abspath(source)) + "\n" + parts.kernels)
+    written = list(argv)
+    written[written.index("-c") + 1] = copy
+    log["diet"] = "kernels as written"
+    status = subprocess.run([sys.executable, os.path.abspath(__file__), *written],
+                            env={**os.environ, header_diet.ENV: "0"}).returncode
+    _name_the_source_in_the_depfile(argv, copy)
+    return status
+
+
 def _compile_copies(attempts: list) -> tuple[tuple | None, list]:
     """The first copy that compiles: (level, its nvcc's completed process, its path, its log
     lines), or None; and the failed attempts. Nothing printed; the copies that did not compile,
@@ -509,9 +540,26 @@ def _name_the_source_in_the_depfile(argv: list[str], copy: str, compiled_object:
                 file.write(renamed)
 
 
+def _binding_in_main(argv: list[str]) -> bool:
+    """Whether this compile is of the .cu whose binding main.cpp compiles (BINDING_IN_MAIN_ENV)."""
+    moved = os.environ.get(BINDING_IN_MAIN_ENV)
+    if not moved or argv.count("-c") != 1 or "-o" not in argv[:-1] or argv.index("-c") + 1 >= len(argv):
+        return False
+    return os.path.abspath(argv[argv.index("-c") + 1]) == moved
+
+
 def main(argv: list[str]) -> int:
     started = time.perf_counter()
     log: dict = {"path": "split", "output": next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-o"), None)}
+    if _binding_in_main(argv):
+        try:
+            status = kernels_only_compile(argv, log)
+        except Exception as error:  # noqa: BLE001 - the build fails; fast_build builds as written
+            print(f"split_nvcc: {type(error).__name__}: {error}", file=sys.stderr)
+            status = 1
+        log["returncode"], log["wall_s"] = status, round(time.perf_counter() - started, 3)
+        write_log(log)
+        return status
     if os.environ.get(header_diet.ENV) == "1":
         try:
             dieted = dieted_compile(argv, log)

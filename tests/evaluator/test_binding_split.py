@@ -147,7 +147,8 @@ def test_the_binding_is_compiled_with_the_cxx_and_flags_of_torchs_ninja_file(tmp
 needs_nvcc = pytest.mark.skipif(NVCC is None or shutil.which("ninja") is None, reason="nvcc or ninja is not on PATH")
 
 
-def ninja_build(directory: Path, source: str, diet: bool, extra_cflags: tuple = ()) -> dict:
+def ninja_build(directory: Path, source: str, diet: bool, extra_cflags: tuple = (), main: str = "",
+                environment: dict | None = None) -> dict:
     """The objects of a CUDA extension as load_inline lays it out (main.cpp, cuda.cu), from the
     ninja file torch writes, nvcc being the wrapper: ninja's status, the wrapper's log line, the
     CUDA object's symbols."""
@@ -157,7 +158,7 @@ def ninja_build(directory: Path, source: str, diet: bool, extra_cflags: tuple = 
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "cuda.cu").write_text(source)
-    (directory / "main.cpp").write_text("#include <torch/extension.h>\n")
+    (directory / "main.cpp").write_text("#include <torch/extension.h>\n" + main)
     writer = cpp_extension._write_ninja_file_to_build_library
     arguments = {"name": "split_ext", "sources": [str(directory / "main.cpp"), str(directory / "cuda.cu")],
                  "extra_cflags": list(extra_cflags), "extra_cuda_cflags": ["-O3"], "extra_sycl_cflags": [],
@@ -179,10 +180,12 @@ def ninja_build(directory: Path, source: str, diet: bool, extra_cflags: tuple = 
     completed = subprocess.run(["ninja", "cuda.cuda.o", "main.o"], cwd=directory, capture_output=True, text=True,
                                timeout=900, env={**os.environ, split_nvcc.LOG_ENV: str(log),
                                                  header_diet.ENV: "1" if diet else "0",
-                                                 split_nvcc.SPLIT_WHEN_BUSY_ENV: "1"})
+                                                 split_nvcc.SPLIT_WHEN_BUSY_ENV: "1", **(environment or {})})
     symbols = binding_split.nm_symbols(str(directory / "cuda.cuda.o")) if completed.returncode == 0 else []
+    main_symbols = binding_split.nm_symbols(str(directory / "main.o")) if completed.returncode == 0 else []
     return {"returncode": completed.returncode, "output": completed.stdout + completed.stderr,
-            "log": json.loads(log.read_text().splitlines()[-1]) if log.exists() else {}, "symbols": symbols}
+            "log": json.loads(log.read_text().splitlines()[-1]) if log.exists() else {}, "symbols": symbols,
+            "main_symbols": main_symbols}
 
 
 def global_symbols(symbols: list[tuple[str, str]]) -> set[str]:
@@ -255,3 +258,23 @@ def test_every_published_style_of_the_benchmark_set_with_its_binding_in_the_cu_s
     parts = binding_split.split(strings["epilogue_source"], "/src/cuda.cu")
     assert isinstance(parts, binding_split.Split), parts
     assert parts.declared == ["epilogue_cuda"] and header_diet.why_not(parts.kernels) is None
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_with_the_binding_moved_into_main_cpp_the_cu_compiles_its_kernels_only(tmp_path):
+    """fast_build.binding_to_main puts the binding in load_inline's bare main.cpp and names the .cu
+    to the wrapper: the .cu's object holds the kernels and the functions (no module), main.o the
+    module, which calls what the .cu's object defines."""
+    source = ALIAS_ARGS_AND_OVERLOADS
+    directory = tmp_path / "moved"
+    parts = binding_split.split(source, str(directory / "cuda.cu"))
+    run = ninja_build(directory, source, diet=True, main=parts.binding,
+                      environment={split_nvcc.BINDING_IN_MAIN_ENV: str(directory / "cuda.cu")})
+    assert run["returncode"] == 0, run["output"][-3000:]
+    assert run["log"]["binding"] == "in main.cpp" and run["log"]["diet"] == "used", run["log"]
+    assert run["log"]["output"] == "cuda.cuda.o"
+    cuda_exports, main_exports = global_symbols(run["symbols"]), global_symbols(run["main_symbols"])
+    assert "PyInit_split_ext" in main_exports and "PyInit_split_ext" not in cuda_exports
+    called = {name for name, kind in run["main_symbols"] if kind == "U" and name.startswith("_Z7forward")}
+    assert called and called <= cuda_exports

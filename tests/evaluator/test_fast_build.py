@@ -423,3 +423,110 @@ def test_a_torch_whose_ninja_writer_cannot_be_called_gets_no_pch(monkeypatch, fr
     monkeypatch.setattr(cpp_extension, "_write_ninja_file_to_build_library", changed_writer)
     assert fast_build.torch_cxx_standard() is None
     assert pch_variant(["-O3"], with_cuda=False) is None
+
+
+# -- the binding in the .cu compiled in load_inline's bare main.cpp (binding_to_main) ----------
+
+BINDING_IN_CU = """#include <torch/extension.h>
+__global__ void k(float* y) { y[threadIdx.x] = 0.f; }
+torch::Tensor zero(torch::Tensor y) { k<<<1, 32>>>(y.data_ptr<float>()); return y; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("zero", &zero); }
+"""
+
+
+def _fake_builds(monkeypatch, tmp_path, fail_moved: bool = False):
+    """load_inline's files in a build directory, and torch's _jit_compile replaced by one that
+    records what main.cpp and the nvcc wrapper's variable held when it ran."""
+    from torch.utils import cpp_extension
+
+    from pytest_cudaagent.builds import split_nvcc
+
+    seen = []
+
+    def jit_compile(name, sources, extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths,
+                    build_directory, verbose, with_cuda, is_python_module, is_standalone, keep_intermediates=True):
+        moved = os.environ.get(split_nvcc.BINDING_IN_MAIN_ENV)
+        seen.append((Path(sources[0]).read_text(), moved))
+        if fail_moved and moved:
+            raise RuntimeError("Error building extension 'ext': the binding needs kThreads")
+        return "module"
+
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", cpp_extension.CUDA_HOME or "/usr/local/cuda")
+    monkeypatch.setattr(cpp_extension, "_jit_compile", jit_compile)
+    return seen
+
+
+def _call(tmp_path, main_text=fast_build.BARE_MAIN + "\n", cuda_text=BINDING_IN_CU, cuda_files=1):
+    from torch.utils import cpp_extension
+
+    (tmp_path / "main.cpp").write_text(main_text)
+    sources = [str(tmp_path / "main.cpp")]
+    for index in range(cuda_files):
+        (tmp_path / f"cuda{index or ''}.cu").write_text(cuda_text)
+        sources.append(str(tmp_path / f"cuda{index or ''}.cu"))
+    return cpp_extension._jit_compile(name="ext", sources=sources, extra_cflags=None, extra_cuda_cflags=None,
+                                      extra_ldflags=None, extra_include_paths=None, build_directory=str(tmp_path),
+                                      verbose=False, with_cuda=True, is_python_module=True, is_standalone=False)
+
+
+def test_a_cu_with_its_binding_gets_it_compiled_in_main_cpp_for_the_build(monkeypatch, tmp_path, nvcc_environment):
+    from pytest_cudaagent.builds import split_nvcc
+
+    seen = _fake_builds(monkeypatch, tmp_path)
+    fast_build.install(None, split=True, diet=True)
+    assert _call(tmp_path) == "module"
+    (main_text, moved), = seen
+    assert moved == str((tmp_path / "cuda.cu").resolve())
+    assert main_text.startswith(fast_build.BARE_MAIN) and "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)" in main_text
+    assert "torch::Tensor zero(torch::Tensor y)\n;" in main_text  # the declaration of what it calls
+    # After the build: main.cpp as load_inline wrote it, the wrapper told nothing.
+    assert (tmp_path / "main.cpp").read_text() == fast_build.BARE_MAIN + "\n"
+    assert split_nvcc.BINDING_IN_MAIN_ENV not in os.environ
+
+
+def test_a_moved_binding_that_does_not_build_is_built_as_written_and_not_tried_again(monkeypatch, tmp_path,
+                                                                                     nvcc_environment):
+    seen = _fake_builds(monkeypatch, tmp_path, fail_moved=True)
+    fast_build.install(None, split=True, diet=True)
+    assert _call(tmp_path) == "module"
+    assert [moved is not None for _, moved in seen] == [True, False]
+    assert seen[1][0] == fast_build.BARE_MAIN + "\n"
+    assert (tmp_path / fast_build.BINDING_REFUSED).exists()
+    assert _call(tmp_path) == "module" and [moved is not None for _, moved in seen] == [True, False, False]
+
+
+@pytest.mark.parametrize(("case", "kwargs"), [
+    ("a C++ source of its own (functions=[...])", {"main_text": fast_build.BARE_MAIN + "\ntorch::Tensor zero(torch::Tensor y);\n"}),
+    ("two .cu sources", {"cuda_files": 2}),
+    ("a binding the split refuses", {"cuda_text": BINDING_IN_CU.replace("torch::Tensor zero", "static torch::Tensor zero")}),
+    ("no binding in the .cu", {"cuda_text": BINDING_IN_CU.split("PYBIND11_MODULE")[0]}),
+])
+def test_a_build_the_move_does_not_fit_is_left_as_written(monkeypatch, tmp_path, nvcc_environment, case, kwargs):
+    seen = _fake_builds(monkeypatch, tmp_path)
+    fast_build.install(None, split=True, diet=True)
+    assert _call(tmp_path, **kwargs) == "module"
+    assert seen[0][1] is None, case
+
+
+def test_a_main_cpp_of_the_candidates_own_is_never_touched(monkeypatch, tmp_path, nvcc_environment):
+    """load() of the candidate's own files: its main.cpp is not in the build directory."""
+    from torch.utils import cpp_extension
+
+    seen = _fake_builds(monkeypatch, tmp_path)
+    fast_build.install(None, split=True, diet=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "main.cpp").write_text(fast_build.BARE_MAIN + "\n")
+    (workspace / "cuda.cu").write_text(BINDING_IN_CU)
+    (tmp_path / "build").mkdir()
+    cpp_extension._jit_compile(name="ext", sources=[str(workspace / "main.cpp"), str(workspace / "cuda.cu")],
+                               extra_cflags=None, extra_cuda_cflags=None, extra_ldflags=None, extra_include_paths=None,
+                               build_directory=str(tmp_path / "build"), verbose=False, with_cuda=True,
+                               is_python_module=True, is_standalone=False)
+    assert seen == [(fast_build.BARE_MAIN + "\n", None)]
+
+
+def test_without_the_header_diet_no_binding_is_moved(monkeypatch, tmp_path, nvcc_environment):
+    seen = _fake_builds(monkeypatch, tmp_path)
+    fast_build.install(None, split=True, diet=False)
+    assert _call(tmp_path) == "module" and seen[0][1] is None
