@@ -451,6 +451,8 @@ def split_binding_compile(argv: list[str], log: dict) -> int | None:
     diet's copies and its binding as C++ with torch's own C++ flags, at once, then linked into the
     one object asked for (binding_split.py). None, the reason in `log["binding"]`, to compile the
     source as written."""
+    if argv.count("-c") != 1 or "-o" not in argv[:-1] or argv.index("-c") + 1 >= len(argv):
+        return None  # (the diet said why)
     source, output = argv[argv.index("-c") + 1], argv[argv.index("-o") + 1]
     try:
         with open(source, encoding="utf-8") as file:

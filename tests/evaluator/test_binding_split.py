@@ -142,6 +142,15 @@ def test_the_binding_is_compiled_with_the_cxx_and_flags_of_torchs_ninja_file(tmp
     assert "no ninja file" in binding_split.cxx_command(str(tmp_path / "elsewhere"))
 
 
+@pytest.mark.parametrize("argv", [["-c", "a.cu"], ["-o", "x.o", "a.cu"], ["-c", "a.cu", "-c", "b.cu", "-o", "x.o"],
+                                  ["-o", "x.o", "-c"]])
+def test_a_compile_that_is_not_one_cu_to_one_object_is_left_to_nvcc(argv, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.cu").write_text(ADDRESS_AND_DOCSTRING)
+    log = {}
+    assert split_nvcc.split_binding_compile(argv, log) is None and "binding" not in log
+
+
 # -- real builds: torch's headers, torch's own ninja file, nvcc through the wrapper --------------
 
 needs_nvcc = pytest.mark.skipif(NVCC is None or shutil.which("ninja") is None, reason="nvcc or ninja is not on PATH")
