@@ -29,10 +29,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+try:
+    from .header_diet import DEFINE, IDENTIFIER, RAW_STRING, line_directive
+except ImportError:  # run as a file beside split_nvcc.py (torch's ninja runs it so)
+    from header_diet import DEFINE, IDENTIFIER, RAW_STRING, line_directive
+
 BLOCK_START = re.compile(r"\bPYBIND11_MODULE\s*\(")
-IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
-RAW_STRING = re.compile(r'(?<![\w])(u8|u|U|L)?R"')
-DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.M)
 UNDEF = re.compile(r"^[ \t]*#[ \t]*undef\b", re.M)
 OPENS_CONDITIONAL = re.compile(r"^[ \t]*#[ \t]*if(n?def)?\b", re.M)
 CLOSES_CONDITIONAL = re.compile(r"^[ \t]*#[ \t]*endif\b", re.M)
@@ -53,11 +55,6 @@ class Split:
     kernels: str  # the source less the block, line for line
     binding: str  # the C++ translation unit of the block
     declared: list[str] = field(default_factory=list)  # the source's functions the binding names
-
-
-def _line_directive(line: int, original_path: str) -> str:
-    quoted = original_path.replace("\\", "\\\\").replace('"', '\\"')
-    return f'#line {line} "{quoted}"'
 
 
 def _code_mask(text: str) -> str:
@@ -198,14 +195,14 @@ def split(text: str, original_path: str) -> Split | str:
             macro = next((word for word in IDENTIFIER.findall(head_mask) if word in own_macros), None)
             if macro:
                 return f"{name}'s declaration names the source's macro {macro}"
-            declarations.append(f"{_line_directive(line, original_path)}\n{head}\n;")  # after a // comment too
+            declarations.append(f"{line_directive(line, original_path)}\n{head}\n;")  # after a // comment too
     macro = next((word for word in sorted(block_names) if word in own_macros), None)
     if macro:
         return f"the binding names the source's macro {macro}"
     kernels = text
     for s, e in blanked:
         kernels = kernels[:s] + re.sub(r"[^\n]", " ", kernels[s:e]) + kernels[e:]
-    binding = "\n".join([BINDING_INCLUDE, *carried, *declarations, _line_directive(block_line, original_path),
+    binding = "\n".join([BINDING_INCLUDE, *carried, *declarations, line_directive(block_line, original_path),
                          text[start:end], ""])
     return Split(kernels, binding, sorted(definitions))
 

@@ -458,18 +458,21 @@ def install(pch_root: Path | None, split: bool = True, diet: bool = False, lean:
         header = ready_pch(pch_root, variant) if variant is not None else None
         if header is not None:
             arguments["extra_cflags"] = [*(arguments.get("extra_cflags") or []), "-include", str(header)]
+        def build():
+            return niced(lambda: original(*bound.args, **bound.kwargs), BUILD_NICENESS)
+
         with build_lock(arguments["build_directory"]):
             moved = binding_to_main(sources, arguments["build_directory"]) if wrapped_nvcc and diet else None
             if moved is None:
-                return niced(lambda: original(*bound.args, **bound.kwargs), BUILD_NICENESS)
+                return build()
             try:
-                return niced(lambda: original(*bound.args, **bound.kwargs), BUILD_NICENESS)
+                return build()
             except Exception as error:  # noqa: BLE001 - the build as written decides
                 logger.info("the binding moved into main.cpp did not build (%s): building as written", error)
                 moved.refuse()
             finally:
                 moved.undo()
-            return niced(lambda: original(*bound.args, **bound.kwargs), BUILD_NICENESS)
+            return build()
 
     cpp_extension._jit_compile = jit_compile
 

@@ -116,14 +116,14 @@ def dieted(text: str, original_path: str) -> str:
     return _named_copy(original_path) + FULL_INCLUDE.sub(LIGHT_INCLUDE, text)
 
 
-def _line_directive(line: int, original_path: str) -> str:
+def line_directive(line: int, original_path: str) -> str:
     """`#line` naming the source as written (a C string: backslashes and quotes escaped)."""
     quoted = original_path.replace("\\", "\\\\").replace('"', '\\"')
     return f'#line {line} "{quoted}"'
 
 
 def _named_copy(original_path: str) -> str:
-    return f"{VERSION_INCLUDE}\n{_line_directive(1, original_path)}\n"
+    return f"{VERSION_INCLUDE}\n{line_directive(1, original_path)}\n"
 
 
 # -- the lean copy: ATen's Tensor, the dispatch macros and the operators the source names -------
@@ -258,7 +258,7 @@ def leaned(text: str, original_path: str, ops: frozenset[str]) -> str:
     def block(match: re.Match) -> str:
         line = text.count("\n", 0, match.start()) + 1
         lines = [f"#include <{header}>" for header in includes]
-        return "\n".join([*lines, torch_namespace, _line_directive(line + 1, original_path)])
+        return "\n".join([*lines, torch_namespace, line_directive(line + 1, original_path)])
 
     return _named_copy(original_path) + ANY_TORCH_INCLUDE.sub(block, text)
 

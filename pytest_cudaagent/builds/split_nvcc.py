@@ -351,13 +351,18 @@ def write_log(log: dict) -> None:
             pass
 
 
+def _lean() -> bool:
+    """Whether the diet tries the lean copy first (header_diet.LEAN_ENV, on unless "0")."""
+    return os.environ.get(header_diet.LEAN_ENV, "1") != "0"
+
+
 def dieted_compile(argv: list[str], log: dict) -> int | None:
     """0 when a copy of the source on fewer torch headers compiled (header_diet.py: the lean copy,
     then the one on torch/types.h), or its kernels did beside its binding (binding_split.py): its
     output printed, its own log line merged into `log`. None, the reasons in `log`, to compile the
     source as written; nothing of a failed copy's compile is shown (the next copy's, or the
     source's own compile, speaks)."""
-    attempts = header_diet.dieted_arguments(argv, lean=os.environ.get(header_diet.LEAN_ENV, "1") != "0")
+    attempts = header_diet.dieted_arguments(argv, lean=_lean())
     if isinstance(attempts, str):
         log["diet"] = attempts
         return split_binding_compile(argv, log)
@@ -375,14 +380,14 @@ def kernels_only_compile(argv: list[str], log: dict) -> int:
         print(f"split_nvcc: {source} changed since its binding was moved: {parts}", file=sys.stderr)
         return 1
     log["binding"] = "in main.cpp"
-    attempts = header_diet.dieted_arguments(argv, lean=os.environ.get(header_diet.LEAN_ENV, "1") != "0",
+    attempts = header_diet.dieted_arguments(argv, lean=_lean(),
                                             text=parts.kernels)
     if not isinstance(attempts, str) and _compiled_copy(argv, attempts, log) == 0:
         log["output"] = output
         return 0
     copy = f"{os.path.abspath(output)}.kernels.cu"
     with open(copy, "w", encoding="utf-8") as file:
-        file.write(binding_split._line_directive(1, os.path.abspath(source)) + "\n" + parts.kernels)
+        file.write(header_diet.line_directive(1, os.path.abspath(source)) + "\n" + parts.kernels)
     written = list(argv)
     written[written.index("-c") + 1] = copy
     log["diet"] = "kernels as written"
@@ -472,7 +477,7 @@ def split_binding_compile(argv: list[str], log: dict) -> int | None:
                                                       f"{output}.binding.cpp")
     kernels_argv = list(argv)
     kernels_argv[kernels_argv.index("-o") + 1] = kernels_object
-    attempts = header_diet.dieted_arguments(kernels_argv, lean=os.environ.get(header_diet.LEAN_ENV, "1") != "0",
+    attempts = header_diet.dieted_arguments(kernels_argv, lean=_lean(),
                                             text=parts.kernels)
     if isinstance(attempts, str):
         log["binding"] = f"its kernels: {attempts}"

@@ -16,23 +16,13 @@ import pytest
 
 from pytest_cudaagent.builds import binding_split, header_diet, split_nvcc
 
+from .test_header_diet import PUBLISHED_STYLES
+
 NVCC = shutil.which("nvcc")
 
-# The binding in the .cu, the way published KernelBench solutions write it.
-ADDRESS_AND_DOCSTRING = r"""#include <torch/extension.h>
-#include <cuda_runtime.h>
-
-__global__ void relu_kernel(const float* x, float* y, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = fmaxf(x[i], 0.f);
-}
-
-torch::Tensor relu_cuda(torch::Tensor x) {
-    auto y = torch::empty_like(x);
-    relu_kernel<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
-    return y;
-}
-
+# The binding in the .cu, the way published KernelBench solutions write it (the header diet's
+# elementwise style with its binding).
+ADDRESS_AND_DOCSTRING = PUBLISHED_STYLES["elementwise"].lstrip("\n") + r"""
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("relu_cuda", &relu_cuda, "ReLU (CUDA) {not a brace}");
 }
