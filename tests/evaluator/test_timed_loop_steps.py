@@ -196,7 +196,9 @@ def test_result_reports_the_loops_steps_beside_the_calibrations(sandbox):
     for _ in range(3):
         result = evaluate(PROBLEM, CANDIDATE, config)
         assert result.passed, result.summary()
-        (entry,) = result.env["timed_loop"]
+        # The last timed request is the one timed (an earlier one a loaded box stalled is timed again).
+        assert len(result.env["timed_loop"]) == 1 + len(result.env.get("timed_again", [])), result.env
+        entry = result.env["timed_loop"][-1]
         assert entry["staged"] is False  # the CPU never stages
         assert entry["calls"] == result.timing["candidate"].samples
         assert entry["calibration_calls"] == max(2, min(entry["calls"], config.timing_config.loop_cost_calls))
@@ -225,12 +227,16 @@ def test_no_collection_runs_inside_the_candidates_timed_request(pause_gc):
     timing = dataclasses.replace(cpu_config().timing_config, pause_gc=pause_gc)
     result = evaluate(PROBLEM, GARBAGE, cpu_config(timing=True, policy="permissive", timing_config=timing))
     assert result.passed, result.summary()
-    (entry,) = result.env["timed_loop"]
-    collections = entry["handler_gc"]["collections"] + entry["after_time_gc"]["collections"]
+    # One entry per timed request: a collection inside the loop (collector on) or a stall of a
+    # loaded box can make a request one the evaluator's view does not account for; it is timed
+    # again (timed_again), and every request is held to the same count.
+    entries = result.env["timed_loop"]
+    assert len(entries) == 1 + len(result.env.get("timed_again", [])), result.env
+    collections = sum(entry["handler_gc"]["collections"] + entry["after_time_gc"]["collections"] for entry in entries)
     if pause_gc:
-        assert collections == 0, entry
+        assert collections == 0, entries
     else:
-        assert collections > 0, entry  # the candidate makes the garbage the test relies on
+        assert collections > 0, entries  # the candidate makes the garbage the test relies on
 
 
 def test_gc_paused_collects_first_and_restores_the_collector():
