@@ -26,6 +26,7 @@ this is where the CPU number comes from.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fnmatch
 import json
 import math
@@ -410,6 +411,8 @@ def cpu(args) -> int:
     pairs = pair_solutions(load_flat(problems_dir), candidates_dir).pairs
     # reserved_cpus has no option: set in the EvalConfig the run gets whole (--cudaagent-config).
     timing = TimingConfig() if args.reserved_cpus is None else TimingConfig(reserved_cpus=args.reserved_cpus)
+    if args.cpu_flush_mib is not None:
+        timing = dataclasses.replace(timing, cpu_flush_bytes=int(args.cpu_flush_mib * 2**20))
     runs = []
     for repeat in range(args.repeats):
         results = out / f"run-{repeat}" / "results.jsonl"
@@ -421,7 +424,8 @@ def cpu(args) -> int:
         shutil.rmtree(cache, ignore_errors=True)
         os.environ["CUDAAGENT_CACHE"] = str(cache)
         settings = BatchSettings(EvalConfig(device="cpu", baselines=("eager",), policy="calibration", timing_config=timing,
-                                            cache_dir=cache), workers=args.workers)
+                                            cache_dir=cache), workers=args.workers,
+                                 start_ahead=not args.no_start_ahead)
         print(f"repeat {repeat}: {len(pairs)} pairs, cudaagent bench --device cpu --policy calibration --baselines "
               f"eager --workers {args.workers}" + (f", reserved_cpus={args.reserved_cpus}" if args.reserved_cpus is not None else ""),
               flush=True)
@@ -493,6 +497,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reserved-cpus", type=int,
                         help="cpu: TimingConfig.reserved_cpus for the runs (default: the machine's own; none "
                              "below four cores)")
+    parser.add_argument("--cpu-flush-mib", type=float, help="cpu: the cache flush before each timed call (0: none)")
+    parser.add_argument("--no-start-ahead", action="store_true",
+                        help="cpu: no candidate's worker started while another is timed (cudaagent bench --no-start-ahead)")
     parser.add_argument("--json", help="report/cpu: write the numbers here")
     parser.add_argument("--plot", help="report: a PNG of the distributions per level")
     args = parser.parse_args(argv)

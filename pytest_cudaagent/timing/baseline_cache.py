@@ -21,6 +21,10 @@ from ..core.result import TimingStats
 from ..system.envinfo import device_name
 from .locks import file_lock
 
+# Bumped whenever the loop that times a baseline changes, so no time measured by an older loop is
+# read back as this one's (2: on the CPU, the candidate's own loop, worker.timed_as_the_candidate).
+LOOP_VERSION = 2
+
 
 class BaselineCache:
     def __init__(self, root: Path):
@@ -35,7 +39,7 @@ class BaselineCache:
 
         digest = hashlib.sha256()
         digest.update(Path(problem).read_bytes())
-        for part in (device, device_name(device), torch.__version__, mode, convention,
+        for part in (LOOP_VERSION, device, device_name(device), torch.__version__, mode, convention,
                      json.dumps(dataclasses.asdict(timing), sort_keys=True), json.dumps(backend_settings, sort_keys=True)):
             digest.update(b"\0" + str(part).encode())
         return digest.hexdigest()[:24]

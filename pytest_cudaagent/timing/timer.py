@@ -228,8 +228,8 @@ class Timer:
     def __init__(self, clock: Clock, config: TimingConfig):
         self.clock = clock
         self.config = config
-        flush_bytes = config.l2_flush_bytes if clock.device == "cuda" else 32 * 1024 * 1024
-        self._flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=clock.device)
+        flush_bytes = config.l2_flush_bytes if clock.device == "cuda" else config.cpu_flush_bytes
+        self._flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=clock.device) if flush_bytes else None
         if clock.device == "cuda":
             # Captured before the candidate is imported, like the clock.
             self._flush_stream = torch.cuda.Stream()
@@ -240,7 +240,8 @@ class Timer:
         self.persistence = persistence_guard(clock.device, clock.timing_stream_handle(), clock.synchronize)
 
     def flush_cache(self) -> None:
-        self._flush_buffer.fill_(0)  # writing more than the cache holds evicts the candidate's data
+        if self._flush_buffer is not None:
+            self._flush_buffer.fill_(0)  # writing more than the cache holds evicts the candidate's data
 
     def warm_up(self, call_on: Callable[[list[object]], Callable[[], object]], buffers: list[list[object]]) -> float:
         """Every buffer once (first calls compile, autotune, allocate), then by time; returns

@@ -163,3 +163,46 @@ def test_an_overlapped_call_ends_at_its_stream_end_unless_the_device_stayed_busy
     # Without the overlap (side streams seen, or --count-launch) the synchronised end counts.
     assert call_time_ms(0.201, 0.190, overlapped=False, sync_latency_ms=0.05) == 0.201
     assert call_time_ms(0.201, None, overlapped=True, sync_latency_ms=0.05) == 0.201  # the CPU
+
+
+# -- the CPU backend: no flush by default, the eager baseline timed by the candidate's loop (#40) --
+
+
+def test_the_cpu_flush_writes_only_where_configured():
+    flushed = Timer(Clock("cpu"), TimingConfig(cpu_flush_bytes=1 << 20))
+    assert flushed._flush_buffer.numel() * 4 == 1 << 20
+    flushed._flush_buffer.fill_(7)
+    flushed.flush_cache()
+    assert int(flushed._flush_buffer.max()) == 0
+    unflushed = Timer(Clock("cpu"), TimingConfig())
+    assert TimingConfig().cpu_flush_bytes == 0 and unflushed._flush_buffer is None
+    unflushed.flush_cache()  # nothing to write, and no error
+
+
+def test_a_cpu_baseline_is_timed_by_the_candidates_loop():
+    """Each timed call is seeded with its set's seed and finds the previous call's output dropped
+    (copied into the slab), as the candidate's calls do (worker.timed_calls); as many calls as
+    the candidate gets (fresh_call_count), over the sets in turn."""
+    import types
+    import weakref
+
+    from pytest_cudaagent.timing.timer import fresh_call_count
+    from pytest_cudaagent.workers.worker import ReferenceServer
+
+    sets = [{"inputs": [torch.randn(64)], "outputs": [torch.randn(64)], "seed": 1000 + index} for index in range(3)]
+    calls = []  # (the seed the call ran under, whether the previous call's output was still alive)
+    last = [lambda: None]
+
+    def fn(x):
+        calls.append((torch.initial_seed(), last[0]() is not None))
+        out = x * 2
+        last[0] = weakref.ref(out)
+        return out
+
+    timer = Timer(Clock("cpu"), CONFIG)
+    measurement = ReferenceServer.timed_as_the_candidate(types.SimpleNamespace(sets=sets), timer, fn, [0, 1, 2])
+    timed = calls[-len(measurement.samples_ms):]
+    set_bytes = 2 * 64 * 4
+    assert CONFIG.min_samples <= len(measurement.samples_ms) <= fresh_call_count(1e-3, set_bytes, CONFIG)
+    assert [seed for seed, _ in timed] == [1000 + index % 3 for index in range(len(timed))]
+    assert not any(alive for _, alive in timed[1:]), timed
