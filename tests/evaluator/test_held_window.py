@@ -6,7 +6,12 @@ handed out is still found, whether the output was let go before the end or held 
 import torch
 
 from pytest_cudaagent.resources.footprints import Measures, estimate, held_calls_at_peak
-from pytest_cudaagent.rules.outputs import HELD_AT_LEAST, HeldOutputs, held_copies, held_window_bytes
+from pytest_cudaagent.rules.outputs import (
+    HELD_AT_LEAST,
+    HeldOutputs,
+    held_copies,
+    held_window_bytes,
+)
 
 GiB = 1 << 30
 ELEMENT_BYTES = 4 * 1000  # one output below: 1000 float32
