@@ -106,9 +106,9 @@ class TimingConfig:
     # default: after a 32 MiB flush a sub-0.1 ms call's median was decided by where its process's
     # memory lay (a 64x64 add: 2.8-6.7 us over eight fresh processes, unflushed 1.34-1.40), and the
     # bundled and test problems' identity candidates timed within 0.9-1.1x of eager in 24-32 of 53
-    # (39 unflushed; 40-49 with eager timed by the candidate's loop too, #40). Unflushed, the candidate's calls and the eager baseline's find
-    # the caches alike (both loops load each set right before its call), and content never seen
-    # before still keeps a memoised result out.
+    # (39 unflushed; 40-49 with eager timed by the candidate's loop too, #40). Unflushed, the
+    # candidate's calls and the eager baseline's find the caches alike (both loops load each set
+    # right before its call), and content never seen before still keeps a memoised result out.
     cpu_flush_bytes: int = 0
     # Audit every timed call too. Off by default: the dispatch audit adds ~25 us per call on an
     # H100, which would bias every speedup; the audited check round, the checked outputs and the
