@@ -32,9 +32,11 @@ def _tripping(monkeypatch, trips: int) -> list[int]:
 def test_a_request_over_the_allowance_once_is_timed_again_and_passes(monkeypatch):
     calls = _tripping(monkeypatch, trips=1)
     result = evaluate(PROBLEM, CANDIDATE, cpu_config(timing=True, policy="permissive"))
-    assert len(calls) == 2
+    # Two attempts, or three where a stall of the loaded 2-core box tripped the real check once.
+    assert len(calls) in (2, 3)
     assert result.passed and not result.violations, result.summary()
-    assert result.env["timed_again"] == ["injected on attempt 1"]
+    assert result.env["timed_again"][0] == "injected on attempt 1"
+    assert len(result.env["timed_again"]) == len(calls) - 1
 
 
 def test_a_request_over_the_allowance_every_time_is_the_violation(monkeypatch):

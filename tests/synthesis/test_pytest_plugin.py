@@ -23,7 +23,7 @@ def test_filters_run_as_xdist_items_with_verdicts_in_jsonl(tmp_path):
         # A wide window: on a loaded CI machine the batch-size estimate is noisy; this checks
         # the plumbing, test_filters.py the window itself.
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "-rA", "--cudaagent-device", "cpu",
-         "--cudaagent-synth", str(tasks), "--cudaagent-synth-out", str(out), "--cudaagent-synth-window", "0.01,1000"],
+         "--cudaagent-synth", str(tasks), "--cudaagent-synth-out", str(out), "--cudaagent-synth-window", "0.001,1000"],
         cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert completed.returncode == 1, completed.stdout[-3000:] + completed.stderr[-2000:]  # one dropped
     assert "1 failed, 1 passed" in completed.stdout
@@ -31,7 +31,7 @@ def test_filters_run_as_xdist_items_with_verdicts_in_jsonl(tmp_path):
     assert "dropped: constant_output" in completed.stdout
     verdicts = {json.loads(line)["problem"].rsplit("/", 1)[-1]: json.loads(line) for line in out.read_text().splitlines()}
     assert set(verdicts) == {"honest.py", "constant.py"}
-    assert verdicts["honest.py"]["kept"] and 0.01 <= verdicts["honest.py"]["eager_ms"] <= 1000.0
+    assert verdicts["honest.py"]["kept"] and 0.001 <= verdicts["honest.py"]["eager_ms"] <= 1000.0
     assert verdicts["constant.py"]["reasons"] == ["constant_output"]
 
 
