@@ -7,7 +7,7 @@ candidates").
     python -m experiments.identity_speed batched --kernelbench .kernelbench --out DIR    # default workers
     python -m experiments.identity_speed kernelbench --kernelbench .kernelbench --out DIR [--deadline S]
     python -m experiments.identity_speed report --out DIR [--json FILE] [--plot FILE]
-    python -m experiments.identity_speed cpu --out DIR [--repeats 3]
+    python -m experiments.identity_speed cpu --out DIR [--repeats 3] [--cpu-flush-mib 32] [--no-start-ahead]
 
 Each GPU phase resumes where an earlier call stopped (`cudaagent bench --resume`; KernelBench's
 rows are appended to DIR/kernelbench.jsonl one by one), so each fits a device call of ten
@@ -19,7 +19,9 @@ of the speedup and the share within 0.95-1.05, for the three side by side.
 `cpu`: the bundled problems' and the test problems' identity candidates on the CPU backend,
 through `cudaagent bench --device cpu --workers 1` (its batch runner), each repeat with a fresh
 cache, `--reserved-cpus N` to keep cores for the timed process where the machine would not;
-prints each problem's speedup and the share within 0.9-1.1 (#40's CPU target). Tests never assert on time:
+prints each problem's speedup and the share within 0.9-1.1 (#40's CPU target). `--cpu-flush-mib`
+times with a cache flush of that size before each call (the default is none, TimingConfig.cpu_flush_bytes);
+`--no-start-ahead` starts no candidate's worker while another is timed. Tests never assert on time:
 this is where the CPU number comes from.
 """
 
