@@ -369,19 +369,27 @@ def dieted_compile(argv: list[str], log: dict) -> int | None:
     return _compiled_copy(argv, attempts, log)
 
 
+def _one_source_to_one_object(argv: list[str]) -> tuple[str, str] | None:
+    """(source, object) of a compile of one source (`-c SOURCE`) into one object (`-o OBJECT`);
+    None for any other command line (nvcc's own, as written)."""
+    if argv.count("-c") != 1 or "-o" not in argv[:-1] or argv.index("-c") + 1 >= len(argv):
+        return None
+    return argv[argv.index("-c") + 1], argv[argv.index("-o") + 1]
+
+
 def kernels_only_compile(argv: list[str], log: dict) -> int:
     """The .cu whose binding main.cpp compiles (fast_build.binding_to_main): its kernels, the block
     blanked, through the diet's copies, else as written less the block (the source itself would
-    define the module a second time). A failure is the build's: fast_build then builds as written."""
-    source, output = argv[argv.index("-c") + 1], argv[argv.index("-o") + 1]
+    define the module a second time). A failure is the build's: fast_build then builds as written.
+    Called only for a compile of one source into one object (_binding_in_main)."""
+    source, output = _one_source_to_one_object(argv)
     with open(source, encoding="utf-8") as file:
         parts = binding_split.split(file.read(), os.path.abspath(source))
     if isinstance(parts, str):  # fast_build split it the same way: only a changed file gets here
         print(f"split_nvcc: {source} changed since its binding was moved: {parts}", file=sys.stderr)
         return 1
     log["binding"] = "in main.cpp"
-    attempts = header_diet.dieted_arguments(argv, lean=_lean(),
-                                            text=parts.kernels)
+    attempts = header_diet.dieted_arguments(argv, lean=_lean(), text=parts.kernels)
     if not isinstance(attempts, str) and _compiled_copy(argv, attempts, log) == 0:
         log["output"] = output
         return 0
@@ -456,9 +464,10 @@ def split_binding_compile(argv: list[str], log: dict) -> int | None:
     diet's copies and its binding as C++ with torch's own C++ flags, at once, then linked into the
     one object asked for (binding_split.py). None, the reason in `log["binding"]`, to compile the
     source as written."""
-    if argv.count("-c") != 1 or "-o" not in argv[:-1] or argv.index("-c") + 1 >= len(argv):
+    paths = _one_source_to_one_object(argv)
+    if paths is None:
         return None  # (the diet said why)
-    source, output = argv[argv.index("-c") + 1], argv[argv.index("-o") + 1]
+    source, output = paths
     try:
         with open(source, encoding="utf-8") as file:
             text = file.read()
@@ -549,10 +558,8 @@ def _name_the_source_in_the_depfile(argv: list[str], copy: str, compiled_object:
 
 def _binding_in_main(argv: list[str]) -> bool:
     """Whether this compile is of the .cu whose binding main.cpp compiles (BINDING_IN_MAIN_ENV)."""
-    moved = os.environ.get(BINDING_IN_MAIN_ENV)
-    if not moved or argv.count("-c") != 1 or "-o" not in argv[:-1] or argv.index("-c") + 1 >= len(argv):
-        return False
-    return os.path.abspath(argv[argv.index("-c") + 1]) == moved
+    moved, paths = os.environ.get(BINDING_IN_MAIN_ENV), _one_source_to_one_object(argv)
+    return bool(moved) and paths is not None and os.path.abspath(paths[0]) == moved
 
 
 def main(argv: list[str]) -> int:

@@ -102,7 +102,7 @@ class TimingConfig:
     fresh_inputs_bytes: int = 1 << 30
     # Bytes written between timed calls to evict L2 (H100: 50 MB; 256 MB covers any current part).
     l2_flush_bytes: int = 256 * 1024 * 1024
-    # The CPU backend's cache flush before each timed call (bytes written; 0: none). None by
+    # The CPU backend's cache flush before each timed call (bytes written; 0: none). No flush by
     # default: after a 32 MiB flush a sub-0.1 ms call's median was decided by where its process's
     # memory lay (a 64x64 add: 2.8-6.7 us over eight fresh processes, unflushed 1.34-1.40), and the
     # bundled and test problems' identity candidates timed within 0.9-1.1x of eager in 24-32 of 53
