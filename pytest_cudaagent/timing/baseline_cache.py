@@ -22,8 +22,9 @@ from ..system.envinfo import device_name
 from .locks import file_lock
 
 # Bumped whenever the loop that times a baseline changes, so no time measured by an older loop is
-# read back as this one's (2: on the CPU, the candidate's own loop, worker.timed_as_the_candidate).
-LOOP_VERSION = 2
+# read back as this one's (2: on the CPU, the candidate's own loop, worker.timed_as_the_candidate;
+# 3: on the GPU too).
+LOOP_VERSION = 3
 
 
 class BaselineCache:

@@ -647,49 +647,63 @@ class ReferenceServer(RequestServer):
         else:
             compile_mode = "max-autotune" if mode == "max-autotune" else "default"
             fn = torch.compile(model, mode=compile_mode)
-        # On the device before the lock (the CPU's baseline reads the drawn sets: timed_as_the_candidate).
-        content_sets = None if device == "cpu" else [_to_device(self.sets[i]["inputs"], device) for i in set_indices]
         timer = Timer(Clock(device), config.timing_config)
         # torch.compile reads the settings when it compiles, inside the first timed-loop call.
         with applied(BackendSettings.from_dict(settings)), torch.no_grad(), device_lock(device, config.timing_config.quiet_wait_s) as hold:
             timed_under = capture().to_dict()
-            if content_sets is None:
-                measurement = self.timed_as_the_candidate(timer, fn, set_indices)
-            else:
-                measurement = timer.measure(fn, content_sets)
+            measurement = self.timed_as_the_candidate(timer, fn, set_indices)
         return {"samples_ms": measurement.samples_ms, "device_ms": measurement.device_ms,
                 "launch_overlapped": measurement.launch_overlapped, "backend_settings": timed_under,
                 "quiet": hold.quiet, "beside": hold.beside}
 
     def timed_as_the_candidate(self, timer, fn, set_indices: list[int]):
-        """A CPU baseline timed by the candidate's own loop (timed_calls): as many calls as the
-        candidate gets (timer.fresh_call_count), each input set loaded and seeded before its
-        call and its outputs copied into a slab and dropped after it, over the warm-up sets in
-        turn. On the CPU the work between two calls decides what the next call finds in the
-        caches and the allocator: timed by Timer.measure's loop (three buffers, each set's last
-        output held until the next call on it), a 4 MiB SiLU's eager baseline was 1.17-1.41x slower than
-        its identity candidate in six runs, 0.97-1.03x in three with this loop (#40). On a GPU
-        the host's work between calls is hidden behind the flush, and Timer.measure stays."""
+        """A baseline timed by the candidate's own loop, step for step (the candidate worker's
+        warm, stage and time requests): warm-up and, on the GPU, the device-time profile on the
+        warm-up sets; then as many calls as the candidate gets (timer.fresh_call_count), their
+        inputs staged on the device first where they fit, each loaded into a buffer and seeded
+        before its call, its outputs copied into a slab right after it and dropped. Only the
+        content differs: the warm-up sets again in turn, since eager code memoises nothing.
+        The work between two calls decides what the next call finds in the caches, the
+        allocator and (for a launch-bound model) the host's queue, so the two sides must do the
+        same. Timed by Timer.measure's loop instead (three buffers refilled each round, each
+        set's last output held until the next call on it), a 4 MiB SiLU's CPU eager baseline
+        was 1.17-1.41x slower than its identity candidate in six runs (0.97-1.03x in three with
+        this loop), and DenseNet121's GPU eager baseline twice its bare call while the
+        candidate ran at the bare call's speed (#40)."""
         from ..core.tensor_trees import nbytes, tensors
         from ..timing import gc_pause
-        from ..timing.timer import Measurement, OutputCopies, fresh_call_count, input_buffers
+        from ..timing.timer import (
+            Measurement,
+            OutputCopies,
+            fresh_call_count,
+            input_buffers,
+            staged_on_device,
+        )
 
+        device = self.device
         chosen = [self.sets[index] for index in set_indices]
-        buffers = input_buffers([drawn["inputs"] for drawn in chosen])
+        buffers = input_buffers([_to_device(drawn["inputs"], device) for drawn in chosen])
 
         def call_on(buffer: list):
             return lambda: fn(*buffer)
 
         per_call_ms = timer.warm_up(call_on, buffers)
+        profiled = timer.profile(fn, buffers, lambda call: call(), per_call_ms)
+        overlap = timer.overlaps_launch(profiled)
         output_nbytes = [value.numel() * value.element_size() for value in tensors(chosen[0]["outputs"])]
         set_bytes = nbytes(chosen[0]["inputs"]) + sum(output_nbytes)
         count = fresh_call_count(per_call_ms, set_bytes, timer.config)
         picked = [chosen[index % len(chosen)] for index in range(count)]
-        copies = OutputCopies(output_nbytes, count, "cpu")
+        staged = staged_on_device([drawn["inputs"] for drawn in picked], sum(output_nbytes), device)
+        copies = OutputCopies(output_nbytes, count, device) if staged is not None or device == "cpu" else None
         with gc_pause.paused(timer.config.pause_gc):  # as the candidate's worker, from its stage to its audit
-            loop = timed_calls(timer, call_on, buffers, [drawn["inputs"] for drawn in picked],
-                               [drawn["seed"] for drawn in picked], False, "cpu", copies)
-        return Measurement(loop["samples_ms"], [])
+            loop = timed_calls(timer, call_on, buffers, staged if staged is not None else [drawn["inputs"] for drawn in picked],
+                               [drawn["seed"] for drawn in picked], overlap, device, copies)
+        measurement = Measurement(loop["samples_ms"], [], launch_overlapped=overlap)
+        if profiled is not None:
+            measurement.device_ms, measurement.device_busy_ms = profiled.device_ms, profiled.busy_ms
+            measurement.kernel_names = profiled.kernel_names
+        return measurement
 
     def handle_calibrate(self, overlap: bool, staged: bool, count: int) -> dict:
         """What the candidate's timed loop costs around its calls, measured here where no

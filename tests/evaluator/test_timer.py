@@ -1,5 +1,6 @@
 """The timer on the CPU: rotation of input content defeats memoising by buffer address."""
 
+import pytest
 import torch
 
 from pytest_cudaagent.core.config import TimingConfig
@@ -179,30 +180,40 @@ def test_the_cpu_flush_writes_only_where_configured():
     unflushed.flush_cache()  # nothing to write, and no error
 
 
-def test_a_cpu_baseline_is_timed_by_the_candidates_loop():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_baseline_is_timed_by_the_candidates_loop(device):
     """Each timed call is seeded with its set's seed and finds the previous call's output dropped
     (copied into the slab), as the candidate's calls do (worker.timed_calls); as many calls as
-    the candidate gets (fresh_call_count), over the sets in turn."""
+    the candidate gets (fresh_call_count), over the sets in turn. On the GPU the timed calls'
+    inputs are staged on the device before the first of them, as the candidate's are, and the
+    device-time profile runs before them (#40: the same loop on both sides)."""
     import types
     import weakref
 
     from pytest_cudaagent.timing.timer import fresh_call_count
     from pytest_cudaagent.workers.worker import ReferenceServer
 
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    # The drawn sets live on the host (shared memory), as the reference's worker draws them.
     sets = [{"inputs": [torch.randn(64)], "outputs": [torch.randn(64)], "seed": 1000 + index} for index in range(3)]
-    calls = []  # (the seed the call ran under, whether the previous call's output was still alive)
+    calls = []  # (the seed the call ran under, whether the previous call's output was alive, the input's device)
     last = [lambda: None]
 
     def fn(x):
-        calls.append((torch.initial_seed(), last[0]() is not None))
+        calls.append((torch.initial_seed(), last[0]() is not None, x.device.type))
         out = x * 2
         last[0] = weakref.ref(out)
         return out
 
-    timer = Timer(Clock("cpu"), CONFIG)
-    measurement = ReferenceServer.timed_as_the_candidate(types.SimpleNamespace(sets=sets), timer, fn, [0, 1, 2])
+    timer = Timer(Clock(device), CONFIG)
+    server = types.SimpleNamespace(sets=sets, device=device)
+    measurement = ReferenceServer.timed_as_the_candidate(server, timer, fn, [0, 1, 2])
     timed = calls[-len(measurement.samples_ms):]
     set_bytes = 2 * 64 * 4
     assert CONFIG.min_samples <= len(measurement.samples_ms) <= fresh_call_count(1e-3, set_bytes, CONFIG)
-    assert [seed for seed, _ in timed] == [1000 + index % 3 for index in range(len(timed))]
-    assert not any(alive for _, alive in timed[1:]), timed
+    assert [seed for seed, _, _ in timed] == [1000 + index % 3 for index in range(len(timed))]
+    assert not any(alive for _, alive, _ in timed[1:]), timed
+    assert {where for _, _, where in timed} == {device}
+    if device == "cuda":
+        assert measurement.device_ms is not None and measurement.device_ms > 0
