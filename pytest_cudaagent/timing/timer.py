@@ -222,8 +222,9 @@ class Timer:
     """Times `fn(*inputs)`; `fn` is the model's forward (or a baseline's).
 
     The pieces (warm-up, profiled calls, one timed call) are composed two ways: `measure`
-    rotates a few content sets through the buffers (baselines, synthesis filters: trusted code);
-    the candidate's worker gives every timed call content never seen before (worker.py)."""
+    rotates a few content sets through the buffers (synthesis filters, experiments: trusted code);
+    the candidate's worker gives every timed call content never seen before, and the baselines
+    are timed by its loop (worker.py)."""
 
     def __init__(self, clock: Clock, config: TimingConfig):
         self.clock = clock
