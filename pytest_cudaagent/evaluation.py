@@ -40,6 +40,7 @@ from .rules.outputs import HELD_ON_DEVICE_BUDGET_BYTES
 from .rules.provenance import foreign_kernels
 from .rules.rules import get_policy
 from .rules.static_scan import scan_candidate
+from .system import proc_tree
 from .system.envinfo import collect_env
 from .timing import host_quiet
 from .timing.backend_settings import BackendSettings, diff
@@ -234,6 +235,9 @@ class Evaluation:
         self._fresh_ahead: list[dict] = []
         # The candidate's process or a compiler of its build was killed by a signal from outside.
         self.killed_from_outside = False
+        # The next pair's candidate worker, started by this evaluation (_start_next): paused while
+        # this one times where no cores are reserved for timing (_next_worker_paused).
+        self._started_ahead: StartedWorker | None = None
         # Trials the reference could not repeat: its reply (why: "seed" or "settings").
         self._unrepeatable: dict[int, dict] = {}
         # Shared memory lent to the candidate's worker for one correctness call at a time.
@@ -604,6 +608,7 @@ class Evaluation:
             logger.warning("starting the next candidate's worker ahead failed: %s", error)
             return
         if started is not None:
+            self._started_ahead = started
             # No one reads it until its evaluation: its host memory is checked while this
             # evaluation waits on its own workers (the cap where no cgroup holds it).
             for worker in self._workers.values():
@@ -861,8 +866,32 @@ class Evaluation:
         hold every other timing of the machine (one started ahead did: the candidate being timed
         got no answer within 300 s)."""
         with device_lock(self.device, self.config.timing_config.quiet_wait_s, on_behalf_of=worker.process.pid) as hold:
-            yield hold
+            with self._next_worker_paused(who):
+                yield hold
         self._note_quiet(who, hold.quiet, hold.beside)
+
+    @contextlib.contextmanager
+    def _next_worker_paused(self, who: str):
+        """The next pair's candidate worker, started ahead by this evaluation (start_ahead.py),
+        stopped with everything below it (its sandbox, its build's compilers) while `who` is timed,
+        where no cores are reserved for the timed process (host_quiet.reserves_cores: a machine of
+        fewer than four cores, or reserved_cpus 0); elsewhere it builds on the untimed cores. On
+        the 2-core CPU box its start (an interpreter importing torch, the sandbox, the build)
+        shared the cores with the timed calls: the identity candidate of a 16M-element leaky ReLU
+        timed 0.17-0.27x of eager in three of eight runs, 1.00-1.05x in three without it (#40).
+        Result.env["paused_ahead"] lists each pause (what was timed, its span on the host's
+        monotonic clock, the processes stopped)."""
+        started = self._started_ahead
+        if started is None or host_quiet.reserves_cores(self.device, self.config.timing_config.reserved_cpus):
+            yield
+            return
+        began = time.monotonic_ns()
+        with proc_tree.stopped(started.worker.process.pid) as held:
+            yield
+            ended = time.monotonic_ns()
+        if held:
+            self.result.env.setdefault("paused_ahead", []).append(
+                {"for": who, "span_ns": [began, ended], "processes": len(held)})
 
     def _time_candidate(self, worker: Worker, reference_worker: Worker, warm_sets: list[dict]) -> None:
         timing = self.config.timing_config
@@ -1066,7 +1095,8 @@ class Evaluation:
         settings = self.result.backend_settings["candidate"]
 
         def measure(mode: str) -> TimingStats:
-            reply = worker.request(("baseline", mode, indices, settings), self.config.run_timeout_s)
+            with self._next_worker_paused(f"the {mode} baseline"):
+                reply = worker.request(("baseline", mode, indices, settings), self.config.run_timeout_s)
             if reply["backend_settings"] != settings:
                 unreached = diff(BackendSettings(settings), BackendSettings(reply["backend_settings"]))
                 self._add_warnings([Violation("backend_settings_changed", f"the {mode} baseline could not be timed "

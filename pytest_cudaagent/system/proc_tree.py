@@ -12,6 +12,9 @@ read. Kernels built without CONFIG_PROC_CHILDREN have no such files: psutil's wa
 from __future__ import annotations
 
 import os
+import signal
+import time
+from contextlib import contextmanager
 
 import psutil
 
@@ -62,3 +65,61 @@ def rss_bytes(pids: list[int]) -> int:
         except (OSError, ValueError, IndexError):
             continue
     return total
+
+
+@contextmanager
+def stopped(root: int):
+    """`root` and every process below it stopped (SIGSTOP) for the block, then continued
+    (SIGCONT); yields the pids stopped. `root` first, so it starts no child meanwhile, then what
+    is below it, walked twice (a child not yet stopped may have started one). A process that
+    ended meanwhile, or that this one may not signal, is passed over: a pause is a courtesy to a
+    timed call, never an error."""
+    held: list[int] = []
+
+    def stop(pid: int) -> None:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except OSError:  # ended, or not ours to signal
+            return
+        held.append(pid)
+
+    try:
+        stop(root)
+        if held:
+            for _ in range(2):
+                try:
+                    below = tree_pids(root)[1:]
+                except psutil.NoSuchProcess:
+                    break
+                for pid in below:
+                    if pid not in held:
+                        stop(pid)
+            _wait_until_stopped(held)
+        yield held
+    finally:
+        for pid in held:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter (/proc/<pid>/stat), None once it has ended."""
+    try:
+        with open(f"{PROC}/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _wait_until_stopped(pids: list[int], timeout_s: float = 0.2) -> None:
+    """A SIGSTOP is delivered when the process next enters the kernel: a process running on
+    another core goes on for a moment after os.kill returns. Waits (briefly) until each is
+    stopped or has ended, so what follows runs without them."""
+    deadline = time.monotonic() + timeout_s
+    waiting = list(pids)
+    while waiting and time.monotonic() < deadline:
+        waiting = [pid for pid in waiting if _state(pid) not in (None, "T", "t", "Z", "X")]
+        if waiting:
+            time.sleep(0.0005)

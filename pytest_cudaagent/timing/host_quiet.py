@@ -130,6 +130,15 @@ def device_slot(device: str, plan: HostPlan) -> int:
     return plan.gpus.index(visible) if visible in plan.gpus else 0
 
 
+def reserves_cores(device: str, reserved_cpus: int | None) -> bool:
+    """Whether the timings of `device` get CPUs of their own on this machine (HostPlan.reserved):
+    not on one of fewer than four cores by default, nor with `reserved_cpus` 0."""
+    if reserved_cpus == 0 or not hasattr(os, "sched_setaffinity"):
+        return False
+    plan = record_host()
+    return bool(plan.reserved(device_slot(device, plan), reserved_cpus))
+
+
 def _tasks(pid: int) -> list[int]:
     try:
         return [int(task) for task in os.listdir(f"/proc/{pid}/task")]

@@ -79,3 +79,34 @@ def test_an_ended_root_is_no_such_process():
     time.sleep(0.05)
     with pytest.raises(psutil.NoSuchProcess):
         proc_tree.tree_pids(process.pid)
+
+
+def test_stopped_stops_a_tree_for_the_block_and_continues_it_after():
+    """The root and a grandchild both stopped ('T') inside the block, running again after it; a
+    process that ended before the block is passed over without an error."""
+    import subprocess
+    import sys
+    import time
+
+    from pytest_cudaagent.system.proc_tree import stopped
+
+    # A shell whose child sleeps: root -> sleep.
+    root = subprocess.Popen(["/bin/sh", "-c", "sleep 30 & wait"])
+    try:
+        deadline = time.monotonic() + 10
+        while len(proc_tree.tree_pids(root.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        tree = proc_tree.tree_pids(root.pid)
+        assert len(tree) == 2, tree
+        with stopped(root.pid) as held:
+            assert set(held) == set(tree)
+            assert {proc_tree._state(pid) for pid in tree} == {"T"}
+        time.sleep(0.05)
+        assert "T" not in {proc_tree._state(pid) for pid in tree}
+        ended = subprocess.Popen([sys.executable, "-c", "pass"])
+        ended.wait()
+        with stopped(ended.pid) as held:
+            assert held == []
+    finally:
+        root.kill()
+        root.wait()

@@ -17,7 +17,7 @@ from pytest_cudaagent.workers import start_ahead
 from pytest_cudaagent.workers.start_ahead import StartAhead, StartedWorker
 from tests.adversarial.test_tampering import PROBLEM as TAMPERING_PROBLEM
 from tests.adversarial.test_tampering import make_workspace
-from tests.helpers import TEST_CANDIDATES, TEST_PROBLEMS, cpu_config
+from tests.helpers import EXAMPLES, TEST_CANDIDATES, TEST_PROBLEMS, cpu_config
 
 SMALL_LEAKY = TEST_PROBLEMS / "small_leaky_relu.py"
 SAYS_WHEN = TEST_CANDIDATES / "says_when_imported.py"
@@ -304,3 +304,62 @@ def test_a_new_start_or_forget_closes_a_worker_whose_pair_never_came():
     second = ahead._started
     ahead.forget()
     assert second.worker.closed and ahead._started is None
+
+
+TICKS = TEST_CANDIDATES / "ticks_while_imported.py"
+LEAKY_13MS = EXAMPLES / "problems" / "leaky_relu.py"  # 16M elements: a timed call of ~13 ms on the dev box
+
+
+def _timed_with_a_ticking_next_worker(tmp_path, reserved_cpus: int):
+    """Evaluates an honest leaky ReLU with timing and the eager baseline while the announced next
+    candidate's worker ticks in its import; returns the Result and that worker's gaps (from, to)."""
+    import dataclasses
+
+    from tests.helpers import QUICK_TIMING
+
+    first, ticking = tmp_path / "first.py", tmp_path / "ticking.py"
+    shutil.copy(SAYS_WHEN, first)
+    shutil.copy(TICKS, ticking)
+    config = cpu_config(policy="permissive", trials=2, timing=True, baselines=("eager",),
+                        cache_dir=tmp_path / "cache",
+                        timing_config=dataclasses.replace(QUICK_TIMING, reserved_cpus=reserved_cpus))
+    start_ahead.state().announce(LEAKY_13MS, ticking, config)
+    result = evaluate(LEAKY_13MS, first, config)
+    started = started_worker()
+    assert started is not None and started.worker.process.is_alive(), "the next worker was not started ahead"
+    log = started.worker.log_tail(max_chars=10**7)
+    start_ahead.forget()  # closes it, long before its import ends
+    gaps = [tuple(int(value) for value in line.split()[1:3]) for line in log.splitlines() if line.startswith("gap ")]
+    return result, gaps
+
+
+def test_the_worker_started_ahead_is_stopped_while_this_candidate_and_its_baseline_are_timed(tmp_path):
+    """Without cores reserved for the timed process (the 2-core box's default), the next pair's
+    worker, started ahead, is stopped with its tree while the candidate is warmed and timed and
+    while eager is timed, and continues after: it ticks not once inside any of those windows."""
+    result, gaps = _timed_with_a_ticking_next_worker(tmp_path, reserved_cpus=0)
+    assert result.status == "passed", result.error
+    paused = result.env.get("paused_ahead") or []
+    assert {entry["for"] for entry in paused} >= {"the candidate's warm-up and device time", "the candidate",
+                                                  "the eager baseline"}, paused
+    for entry in paused:
+        began, ended = entry["span_ns"]
+        if ended - began < 25_000_000:  # the ticker reports gaps of 20 ms and more
+            continue
+        assert any(gap_from <= began and gap_to >= ended for gap_from, gap_to in gaps), (entry, gaps)
+    assert any(entry["span_ns"][1] - entry["span_ns"][0] >= 25_000_000 for entry in paused), paused
+    # It went on after the pauses: its import still ticking when the test closed it.
+    assert all(entry["processes"] >= 1 for entry in paused)
+
+
+def test_with_cores_reserved_for_timing_the_worker_started_ahead_builds_on(tmp_path):
+    """Where the timed process has cores of its own, the next worker's build runs on the others
+    and is never stopped."""
+    import os
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: no core can be reserved")
+    result, _ = _timed_with_a_ticking_next_worker(tmp_path, reserved_cpus=1)
+    assert result.status == "passed", result.error
+    assert "paused_ahead" not in result.env
+    assert "candidate" in result.timing and "eager" in result.timing
