@@ -885,8 +885,8 @@ class Evaluation:
         if started is None or host_quiet.reserves_cores(self.device, self.config.timing_config.reserved_cpus):
             yield
             return
-        began = time.monotonic_ns()
         with proc_tree.stopped(started.worker.process.pid) as held:
+            began = time.monotonic_ns()  # once every process is stopped (proc_tree.stopped waits)
             yield
             ended = time.monotonic_ns()
         if held:

@@ -48,8 +48,11 @@ def keep_freed_memory() -> None:
     the process did before, so the same forward faulted its output and temporaries in again at
     every timed call in one process and not in the other: conv3x3_relu's identity candidate
     timed 80-82 ms against eager's 64-65 on the CPU, its calls faulting 15720 pages each (#40).
-    Larger blocks are mapped and unmapped alike in both. A no-op where the C library has no
-    mallopt (not glibc)."""
+    Larger blocks are mapped and unmapped alike in both. (Kept in the heap too, mallopt's
+    M_MMAP_MAX 0, a 64 MiB output's calls stopped faulting its pages, but which freed block a
+    call's output found then depended on each process's heap, and the bundled leaky ReLU's
+    identity candidate timed 1.29x and 1.85x of eager in two runs: not taken.) A no-op where
+    the C library has no mallopt (not glibc)."""
     import ctypes
 
     try:
@@ -441,6 +444,11 @@ class ReferenceServer(RequestServer):
                 _seed_all(seed)
         return list(self.problem.get_inputs())
 
+    def inputs_drawn_with(self, seed: int) -> list:
+        """Inputs no call has seen, without the reference's answer (a baseline's timed call)."""
+        _seed_all(seed)
+        return self.draw_inputs(seed)
+
     def _draw_sets(self, count: int, trials: int) -> list[dict]:
         """`count` sets, each with the reference's answer (_draw_set), from the first."""
         return [self._draw_set(position, trials) for position in range(count)]
@@ -695,10 +703,20 @@ class ReferenceServer(RequestServer):
         count = fresh_call_count(per_call_ms, set_bytes, timer.config)
         picked = [chosen[index % len(chosen)] for index in range(count)]
         staged = staged_on_device([drawn["inputs"] for drawn in picked], sum(output_nbytes), device)
+        seeds = [drawn["seed"] for drawn in picked]
+        if device == "cpu":
+            # On the CPU each call gets content of its own, drawn as the candidate's fresh sets are:
+            # a branchy kernel called on three sets in turn has its branches learned by the core's
+            # predictor, and the candidate's never repeat. A 2x2 max-pool of 24 KiB took 7 us a
+            # call on three inputs in turn and 16 us on a thousand distinct ones (the same copies
+            # of three contents: 7 us), and its identity candidate timed 0.5x of eager (#40).
+            seeds = [_fresh_seed() for _ in picked]
+            timed = [self.inputs_drawn_with(seed) for seed in seeds]
+        else:
+            timed = staged if staged is not None else [drawn["inputs"] for drawn in picked]
         copies = OutputCopies(output_nbytes, count, device) if staged is not None or device == "cpu" else None
         with gc_pause.paused(timer.config.pause_gc):  # as the candidate's worker, from its stage to its audit
-            loop = timed_calls(timer, call_on, buffers, staged if staged is not None else [drawn["inputs"] for drawn in picked],
-                               [drawn["seed"] for drawn in picked], overlap, device, copies)
+            loop = timed_calls(timer, call_on, buffers, timed, seeds, overlap, device, copies)
         measurement = Measurement(loop["samples_ms"], [], launch_overlapped=overlap)
         if profiled is not None:
             measurement.device_ms, measurement.device_busy_ms = profiled.device_ms, profiled.busy_ms

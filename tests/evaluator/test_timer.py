@@ -182,11 +182,12 @@ def test_the_cpu_flush_writes_only_where_configured():
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_a_baseline_is_timed_by_the_candidates_loop(device):
-    """Each timed call is seeded with its set's seed and finds the previous call's output dropped
-    (copied into the slab), as the candidate's calls do (worker.timed_calls); as many calls as
-    the candidate gets (fresh_call_count), over the sets in turn. On the GPU the timed calls'
-    inputs are staged on the device before the first of them, as the candidate's are, and the
-    device-time profile runs before them (#40: the same loop on both sides)."""
+    """Each timed call is seeded and finds the previous call's output dropped (copied into the
+    slab), as the candidate's calls do (worker.timed_calls); as many calls as the candidate gets
+    (fresh_call_count). On the CPU every timed call gets inputs no other call had, drawn by the
+    problem's get_inputs under a fresh seed (a core's branch predictor learns three sets called
+    in turn); on the GPU the warm-up sets in turn, staged on the device before the first call,
+    and the device-time profile runs before them (#40: the same loop on both sides)."""
     import types
     import weakref
 
@@ -197,23 +198,31 @@ def test_a_baseline_is_timed_by_the_candidates_loop(device):
         pytest.skip("needs a GPU")
     # The drawn sets live on the host (shared memory), as the reference's worker draws them.
     sets = [{"inputs": [torch.randn(64)], "outputs": [torch.randn(64)], "seed": 1000 + index} for index in range(3)]
-    calls = []  # (the seed the call ran under, whether the previous call's output was alive, the input's device)
+    calls = []  # (the seed the call ran under, whether the previous call's output was alive, the input's device, its content)
     last = [lambda: None]
 
     def fn(x):
-        calls.append((torch.initial_seed(), last[0]() is not None, x.device.type))
+        calls.append((torch.initial_seed(), last[0]() is not None, x.device.type, tuple(x[:4].tolist())))
         out = x * 2
         last[0] = weakref.ref(out)
         return out
 
+    server = ReferenceServer.__new__(ReferenceServer)
+    server.sets, server.device, server.inputs_on_device = sets, device, False
+    server.problem = types.SimpleNamespace(get_inputs=lambda: [torch.randn(64)])
     timer = Timer(Clock(device), CONFIG)
-    server = types.SimpleNamespace(sets=sets, device=device)
     measurement = ReferenceServer.timed_as_the_candidate(server, timer, fn, [0, 1, 2])
     timed = calls[-len(measurement.samples_ms):]
     set_bytes = 2 * 64 * 4
     assert CONFIG.min_samples <= len(measurement.samples_ms) <= fresh_call_count(1e-3, set_bytes, CONFIG)
-    assert [seed for seed, _, _ in timed] == [1000 + index % 3 for index in range(len(timed))]
-    assert not any(alive for _, alive, _ in timed[1:]), timed
-    assert {where for _, _, where in timed} == {device}
-    if device == "cuda":
+    assert not any(alive for _, alive, _, _ in timed[1:]), timed
+    assert {where for _, _, where, _ in timed} == {device}
+    warm_contents = {tuple(drawn["inputs"][0][:4].tolist()) for drawn in sets}
+    if device == "cpu":
+        seeds, contents = [seed for seed, *_ in timed], [content for *_, content in timed]
+        assert len(set(seeds)) == len(seeds) and not set(seeds) & {1000, 1001, 1002}
+        assert len(set(contents)) == len(contents) and not set(contents) & warm_contents
+    else:
+        assert [seed for seed, *_ in timed] == [1000 + index % 3 for index in range(len(timed))]
+        assert {content for *_, content in timed} <= warm_contents
         assert measurement.device_ms is not None and measurement.device_ms > 0
