@@ -130,13 +130,19 @@ def device_slot(device: str, plan: HostPlan) -> int:
     return plan.gpus.index(visible) if visible in plan.gpus else 0
 
 
-def reserves_cores(device: str, reserved_cpus: int | None) -> bool:
-    """Whether the timings of `device` get CPUs of their own on this machine (HostPlan.reserved):
-    not on one of fewer than four cores by default, nor with `reserved_cpus` 0."""
+def _reserved_for(device: str, reserved_cpus: int | None) -> frozenset[int]:
+    """The CPUs the timings of `device` get on this machine (HostPlan.reserved); none with
+    `reserved_cpus` 0 or where affinity cannot be set."""
     if reserved_cpus == 0 or not hasattr(os, "sched_setaffinity"):
-        return False
+        return frozenset()
     plan = record_host()
-    return bool(plan.reserved(device_slot(device, plan), reserved_cpus))
+    return plan.reserved(device_slot(device, plan), reserved_cpus)
+
+
+def reserves_cores(device: str, reserved_cpus: int | None) -> bool:
+    """Whether the timings of `device` get CPUs of their own on this machine: not on one of
+    fewer than four cores by default, nor with `reserved_cpus` 0."""
+    return bool(_reserved_for(device, reserved_cpus))
 
 
 def _tasks(pid: int) -> list[int]:
@@ -219,11 +225,9 @@ def fit_timed_threads(device: str) -> int | None:
     threads the harness did not have before the candidate's code loaded (outside_view.py).
     Does nothing without a reservation. Returns the count before, where it fitted them (the
     reference's worker puts it back after measuring the candidate's loop the same way)."""
-    count = _reserved_here["count"]
-    if device != "cpu" or count == 0 or not hasattr(os, "sched_setaffinity"):
+    if device != "cpu":
         return None
-    plan = record_host()
-    reserved = plan.reserved(device_slot(device, plan), count)
+    reserved = _reserved_for(device, _reserved_here["count"])
     return _fit_torch_threads(len(reserved)) if reserved else None
 
 
@@ -235,14 +239,11 @@ def timed_hold(device: str, reserved_cpus=_THIS_PROCESS, pid: int | None = None)
     (more would take turns on them). Does nothing without a reservation (`untimed_worker` never
     called, or 0)."""
     count = _reserved_here["count"] if reserved_cpus is _THIS_PROCESS else reserved_cpus
-    if count == 0 or not hasattr(os, "sched_setaffinity"):
-        yield
-        return
-    plan = record_host()
-    reserved, untimed = plan.reserved(device_slot(device, plan), count), plan.untimed(count)
+    reserved = _reserved_for(device, count)
     if not reserved:
         yield
         return
+    untimed = record_host().untimed(count)
     root = os.getpid() if pid is None else pid
     move_tree(root, reserved)
     threads_before = _fit_torch_threads(len(reserved)) if root == os.getpid() and device == "cpu" else None

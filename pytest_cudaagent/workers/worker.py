@@ -429,12 +429,14 @@ class ReferenceServer(RequestServer):
             return sets
 
     def draw_inputs(self, seed: int) -> list:
-        """get_inputs() right after seeding, its tensors made on the GPU: as KernelBench draws them
-        on the host, the same distributions, but a 64 MiB randn took 0.15 s of the reference's
-        process there and every one crossed the bus (the seeds are fresh, so no value is anyone's
-        to reproduce). A get_inputs that needs the host (a CPU generator, NumPy) runs there."""
+        """get_inputs() right after seeding with `seed`, its tensors made on the GPU: as KernelBench
+        draws them on the host, the same distributions, but a 64 MiB randn took 0.15 s of the
+        reference's process there and every one crossed the bus (the seeds are fresh, so no value
+        is anyone's to reproduce). A get_inputs that needs the host (a CPU generator, NumPy) runs
+        there. The same seed gives the same inputs again (inputs_at)."""
         import torch
 
+        _seed_all(seed)
         if self.device.startswith("cuda") and self.inputs_on_device:
             try:
                 with torch.device(self.device):
@@ -443,11 +445,6 @@ class ReferenceServer(RequestServer):
                 self.inputs_on_device = False
                 _seed_all(seed)
         return list(self.problem.get_inputs())
-
-    def inputs_drawn_with(self, seed: int) -> list:
-        """Inputs no call has seen, without the reference's answer (a baseline's timed call)."""
-        _seed_all(seed)
-        return self.draw_inputs(seed)
 
     def _draw_sets(self, count: int, trials: int) -> list[dict]:
         """`count` sets, each with the reference's answer (_draw_set), from the first."""
@@ -464,7 +461,6 @@ class ReferenceServer(RequestServer):
         from ..core.compare import compare_outputs
 
         seed = _fresh_seed()
-        _seed_all(seed)
         inputs = self.draw_inputs(seed)
         fresh_before, reused_before = self.recycled.fresh, self.recycled.reused
         sent_inputs = self._to_send(inputs)  # before the call: a reference may change its inputs
@@ -500,9 +496,7 @@ class ReferenceServer(RequestServer):
         kept = self.sets[position]
         if kept is not None:
             return kept["inputs"]
-        seed = self.seeds[position]
-        _seed_all(seed)
-        return _to_send(self.draw_inputs(seed))
+        return _to_send(self.draw_inputs(self.seeds[position]))
 
     def build_model(self, seed: int, init_inputs: list):
         """As KernelBench builds it: under no_grad, right after the seed."""
@@ -667,10 +661,14 @@ class ReferenceServer(RequestServer):
     def timed_as_the_candidate(self, timer, fn, set_indices: list[int]):
         """A baseline timed by the candidate's own loop, step for step (the candidate worker's
         warm, stage and time requests): warm-up and, on the GPU, the device-time profile on the
-        warm-up sets; then as many calls as the candidate gets (timer.fresh_call_count), their
-        inputs staged on the device first where they fit, each loaded into a buffer and seeded
-        before its call, its outputs copied into a slab right after it and dropped. Only the
-        content differs: the warm-up sets again in turn, since eager code memoises nothing.
+        warm-up sets; then as many calls as the candidate gets (timer.fresh_call_count), each
+        call's inputs loaded into a buffer and seeded before it, its outputs copied into a slab
+        right after it and dropped. On the GPU the calls take the warm-up sets in turn, staged on
+        the device first where they fit; on the CPU each call gets inputs of its own, drawn as the
+        candidate's fresh sets are: a branchy kernel called on three sets in turn has its branches
+        learned by the core's predictor, and the candidate's never repeat (a 2x2 max-pool of
+        24 KiB took 7 us a call on three inputs in turn and 16 us on a thousand distinct ones, the
+        same copies of three contents 7 us, and its identity candidate timed 0.5x of eager).
         The work between two calls decides what the next call finds in the caches, the
         allocator and (for a launch-bound model) the host's queue, so the two sides must do the
         same. Timed by Timer.measure's loop instead (three buffers refilled each round, each
@@ -701,20 +699,16 @@ class ReferenceServer(RequestServer):
         output_nbytes = [value.numel() * value.element_size() for value in tensors(chosen[0]["outputs"])]
         set_bytes = nbytes(chosen[0]["inputs"]) + sum(output_nbytes)
         count = fresh_call_count(per_call_ms, set_bytes, timer.config)
-        picked = [chosen[index % len(chosen)] for index in range(count)]
-        staged = staged_on_device([drawn["inputs"] for drawn in picked], sum(output_nbytes), device)
-        seeds = [drawn["seed"] for drawn in picked]
         if device == "cpu":
-            # On the CPU each call gets content of its own, drawn as the candidate's fresh sets are:
-            # a branchy kernel called on three sets in turn has its branches learned by the core's
-            # predictor, and the candidate's never repeat. A 2x2 max-pool of 24 KiB took 7 us a
-            # call on three inputs in turn and 16 us on a thousand distinct ones (the same copies
-            # of three contents: 7 us), and its identity candidate timed 0.5x of eager (#40).
-            seeds = [_fresh_seed() for _ in picked]
-            timed = [self.inputs_drawn_with(seed) for seed in seeds]
+            seeds = [_fresh_seed() for _ in range(count)]
+            timed = [self.draw_inputs(seed) for seed in seeds]
+            copies = OutputCopies(output_nbytes, count, device)
         else:
+            picked = [chosen[index % len(chosen)] for index in range(count)]
+            seeds = [drawn["seed"] for drawn in picked]
+            staged = staged_on_device([drawn["inputs"] for drawn in picked], sum(output_nbytes), device)
             timed = staged if staged is not None else [drawn["inputs"] for drawn in picked]
-        copies = OutputCopies(output_nbytes, count, device) if staged is not None or device == "cpu" else None
+            copies = OutputCopies(output_nbytes, count, device) if staged is not None else None
         with gc_pause.paused(timer.config.pause_gc):  # as the candidate's worker, from its stage to its audit
             loop = timed_calls(timer, call_on, buffers, timed, seeds, overlap, device, copies)
         measurement = Measurement(loop["samples_ms"], [], launch_overlapped=overlap)

@@ -60,17 +60,11 @@ def test_a_batch_shares_weights_and_trial_inputs_but_not_timed_inputs():
     # Its CPU seconds are its own share of the kept worker's, not the first evaluation's too: the
     # two shares add up to what the kept worker (idle since) has used in all. (Not "the second's
     # below the first's": on a loaded machine a timed request timed again costs the second more.)
-    assert first.env["pids"]["reference"] == second.env["pids"]["reference"]
-    total = _tree_cpu_seconds(second.env["pids"]["reference"])
+    (kept,) = reference_store()._kept.values()
+    assert first.env["pids"]["reference"] == second.env["pids"]["reference"] == kept.worker.process.pid
+    total = kept.worker.read_cpu_seconds()
     shares = (first.profile["cpu.reference"], second.profile["cpu.reference"])
     assert min(shares) >= 0 and abs(sum(shares) - total) <= 0.1 + 0.1 * total, (shares, total)
-
-
-def _tree_cpu_seconds(pid: int) -> float:
-    import psutil
-
-    root = psutil.Process(pid)
-    return sum(sum(process.cpu_times()[:4]) for process in [root, *root.children(recursive=True)])
 
 
 def test_what_a_candidate_writes_into_what_it_was_sent_does_not_reach_the_next():
