@@ -173,6 +173,7 @@ run_section() {
     # IDENTITY_DIR keeps the run between calls of one warm machine; IDENTITY_FROM (a folder an earlier call
     # brought back, carried) restores it on a fresh one. Each section copies what it made to $OUT/identity.
     # IDENTITY_SUBSET=all (every problem: far over one session's device time, README "Identity candidates").
+    # IDENTITY_LEVEL: the levels a phase takes (default 1,2,3).
     # IDENTITY_DEADLINE: seconds a phase may run (the bench is stopped by SIGTERM, keeping what ended; --resume continues).
     # shellcheck disable=SC2086  # an empty IDENTITY_SUBSET adds no argument
     identity-make) python3 -m experiments.identity_speed make --out "${IDENTITY_DIR:-/tmp/identity}" \
@@ -181,7 +182,8 @@ run_section() {
                    identity_restore
                    timeout --signal=TERM --kill-after=30 "${IDENTITY_DEADLINE:-520}" \
                      python3 -m experiments.identity_speed "${section#identity-}" --out "${IDENTITY_DIR:-/tmp/identity}" \
-                       --kernelbench "${KERNELBENCH:-.kernelbench}" --deadline "$(( ${IDENTITY_DEADLINE:-520} - 40 ))"
+                       --kernelbench "${KERNELBENCH:-.kernelbench}" --deadline "$(( ${IDENTITY_DEADLINE:-520} - 40 ))" \
+                       --level "${IDENTITY_LEVEL:-1,2,3}"
                    identity_keep ;;
     identity-report) identity_restore
                      python3 -m experiments.identity_speed report --out "${IDENTITY_DIR:-/tmp/identity}" \
@@ -197,6 +199,30 @@ run_section() {
                   python3 -m experiments.timed_path_overhead --device cuda --repeats "${TIMED_PATH_REPEATS:-2}" \
                     --calls 20 --problem "${KERNELBENCH:-.kernelbench}/KernelBench/level3/$problem.py"
                 done ;;
+    # #40: whether the device-time profile pass slows the bare calls after it in the same process.
+    profile-residue) python3 -m experiments.profile_residue --processes "${RESIDUE_PROCESSES:-2}" \
+                       --problem "${KERNELBENCH:-.kernelbench}/KernelBench/level3/34_VanillaRNNHidden.py" \
+                       --problem "${KERNELBENCH:-.kernelbench}/KernelBench/level3/15_DenseNet121.py" \
+                       --json "$OUT/profile_residue.json" ;;
+    # #40: a launch-bound model's bare call from process to process and over time (pinned or not).
+    host-speed) lscpu | grep -E '^(CPU\(s\)|Thread|Core|Socket|NUMA|Model name)'
+                python3 -m experiments.host_speed --processes "${HOST_PROCESSES:-4}" \
+                  --problem "${KERNELBENCH:-.kernelbench}/KernelBench/level3/34_VanillaRNNHidden.py" --json "$OUT/host_speed.json" ;;
+    # #41: pure-PyTorch candidates at KernelBench's sizes (the identity set's levels 1-2), correctness only:
+    # where one evaluation's time goes (PURE_PAIRS: candidate files of the identity set), then
+    # KernelBench's eval and `cudaagent bench --no-timing` side by side at PURE_WORKERS.
+    pure-pytorch) identity_restore
+                  dir=${IDENTITY_DIR:-/tmp/identity}; rm -rf /tmp/pure && mkdir -p /tmp/pure/problems /tmp/pure/candidates
+                  for name in ${PURE_PAIRS:-level_1_problem_1_sample_0_kernel level_1_problem_72_sample_0_kernel level_2_problem_14_sample_0_kernel level_3_problem_1_sample_0_kernel}; do
+                    level=$(echo "$name" | cut -d_ -f2)
+                    cp "$dir/pairs/level$level/problems/$name.py" /tmp/pure/problems/
+                    cp "$dir/pairs/level$level/candidates/$name.py" /tmp/pure/candidates/
+                  done
+                  python3 -m experiments.phase_profile --device cuda --no-timing --policy permissive --repeats 2 \
+                    --pairs /tmp/pure/problems /tmp/pure/candidates --json "$OUT/pure_phase_profile.json"
+                  python3 -m experiments.eval_side_by_side --kernelbench "${KERNELBENCH:-.kernelbench}" --work /tmp/pure-side \
+                    --workers "${PURE_WORKERS:-8}" --pairs "$dir/pairs/level1/problems" "$dir/pairs/level1/candidates" \
+                    --pairs "$dir/pairs/level2/problems" "$dir/pairs/level2/candidates" --json "$OUT/pure_side_by_side.json" ;;
     sandbox-layers) python3 -m experiments.sandbox_layers --json "$OUT/sandbox_layers.json" ;;
     sandbox-launches) python3 -m experiments.sandbox_layers --launches --json "$OUT/sandbox_launches.json" ;;
     # Where a warm load_inline's seconds go (import torch, CUDA's start, the candidate's import).

@@ -133,6 +133,7 @@ def make(args) -> int:
                   "candidate": str((candidates / path.name).resolve()), "set_mib": mib}
                  for (problem, mib), path in zip(chosen, written, strict=True)]
     (out / "selection.json").write_text(json.dumps(selection, indent=1))
+    write_pair_dirs(selection, out / "pairs")
     if args.save_subset:
         pairs = ",\n".join(f"  {json.dumps([row['level'], row['problem_id'], row['set_mib'] and round(row['set_mib'], 1)])}"
                            for row in selection)
@@ -142,6 +143,20 @@ def make(args) -> int:
     counts = {level_label(level): sum(1 for row in selection if row["level"] == level) for level in levels}
     print(f"{len(written)} identity candidates in {candidates}: {counts}")
     return 0
+
+
+def write_pair_dirs(selection: list[dict], pairs: Path) -> None:
+    """pairs/level<N>/{problems,candidates}/, one file of each per pair under the candidate's name:
+    what `--pairs PROBLEMS_DIR CANDIDATES_DIR` takes (phase_profile, eval_side_by_side: #41's
+    pure-PyTorch candidates at KernelBench's sizes)."""
+    if pairs.exists():
+        shutil.rmtree(pairs)
+    for row in selection:
+        level_dir = pairs / f"level{row['level']}"
+        name = Path(row["candidate"]).name
+        for kind, source in (("problems", row["problem"]), ("candidates", row["candidate"])):
+            (level_dir / kind).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, level_dir / kind / name)
 
 
 def _levels(args) -> list[str]:

@@ -87,7 +87,10 @@ def compare(pairs: list[tuple[Path, Path]], checkout: Path, backend: str, timeou
             row["ratio"] = row["ours_speedup"] / row["kernelbench_speedup"]
             row["outside_band"] = not AGREEMENT_BAND[0] <= row["ratio"] <= AGREEMENT_BAND[1]
         rows.append(row)
-        print(f"{problem.name} / {candidate.name}: {row.get('ratio', row.get('error'))}", flush=True)
+        # Each row whole as it ends: a run cut short by a time-limited device still shows what it had.
+        shown = {key: row[key] for key in ("ours_speedup", "kernelbench_speedup", "ratio", "ours_ms", "ours_eager_ms",
+                                           "kernelbench_ms", "kernelbench_eager_ms", "error") if key in row}
+        print(f"{problem.name} / {candidate.name}: {json.dumps(shown, default=str)}", flush=True)
     return pd.DataFrame(rows)
 
 

@@ -904,7 +904,7 @@ class Evaluation:
         self._note_precision(warm["precision"])
         self.result.kernels = warm["kernel_names"]
         set_bytes = _set_bytes(warm_sets[0])
-        timed_count = fresh_call_count(warm["per_call_ms"], set_bytes, timing)
+        timed_count = fresh_call_count(warm["per_call_ms"], set_bytes, timing, warm["device_ms"])
         # A timed request the evaluator's own view does not account for is timed again, on
         # fresh sets, before it is a verdict: on the GPU work of other processes (another
         # evaluation's staging, a new worker's CUDA context) can stall the loop around the calls

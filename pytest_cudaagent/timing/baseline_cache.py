@@ -23,8 +23,9 @@ from .locks import file_lock
 
 # Bumped whenever the loop that times a baseline changes, so no time measured by an older loop is
 # read back as this one's (2: on the CPU, the candidate's own loop, worker.timed_as_the_candidate;
-# 3: on the GPU too; 4: each call loads its inputs from memory of its own).
-LOOP_VERSION = 4
+# 3: on the GPU too; 4: each call loads its inputs from memory of its own; 5: a host-bound call
+# timed over TimingConfig.host_bound_repeat_ms).
+LOOP_VERSION = 5
 
 
 class BaselineCache:

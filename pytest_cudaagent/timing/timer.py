@@ -118,10 +118,19 @@ def _sample_count(per_call_ms: float, config: TimingConfig, sets: int) -> int:
     return rounds * sets
 
 
-def fresh_call_count(per_call_ms: float, set_bytes: int, config: TimingConfig) -> int:
+def repeat_budget_ms(per_call_ms: float, device_ms: float | None, config: TimingConfig) -> float:
+    """The time the timed calls may take: repeat_ms, or host_bound_repeat_ms for a call whose
+    wall time is host_bound_ratio times its device time or more (known on the GPU only)."""
+    if config.host_bound_ratio is not None and device_ms and per_call_ms >= config.host_bound_ratio * device_ms:
+        return max(config.repeat_ms, config.host_bound_repeat_ms)
+    return config.repeat_ms
+
+
+def fresh_call_count(per_call_ms: float, set_bytes: int, config: TimingConfig, device_ms: float | None = None) -> int:
     """How many timed calls, each on content never seen before: as many as the repeat budget
-    wants, within the memory the fresh sets may take, never fewer than min_samples."""
-    wanted = int(config.repeat_ms / max(per_call_ms, 1e-3))
+    wants (repeat_budget_ms: longer for a host-bound call), within the memory the fresh sets may
+    take, never fewer than min_samples."""
+    wanted = int(repeat_budget_ms(per_call_ms, device_ms, config) / max(per_call_ms, 1e-3))
     fitting = config.fresh_inputs_bytes // max(set_bytes, 1)
     return max(config.min_samples, min(config.max_samples, wanted, fitting))
 

@@ -698,7 +698,7 @@ class ReferenceServer(RequestServer):
         overlap = timer.overlaps_launch(profiled)
         output_nbytes = [value.numel() * value.element_size() for value in tensors(chosen[0]["outputs"])]
         set_bytes = nbytes(chosen[0]["inputs"]) + sum(output_nbytes)
-        count = fresh_call_count(per_call_ms, set_bytes, timer.config)
+        count = fresh_call_count(per_call_ms, set_bytes, timer.config, profiled.device_ms if profiled else None)
         if device == "cpu":
             seeds = [_fresh_seed() for _ in range(count)]
             timed = [self.draw_inputs(seed) for seed in seeds]

@@ -25,7 +25,8 @@ def test_experiment_imports(name):
 
 
 @pytest.mark.parametrize("name", ["fault_injection", "build_speed", "sandbox_overhead", "reward_latency", "warm_load",
-                                  "identity_speed", "host_quiet_cost", "timed_call_overhead", "shards"])
+                                  "identity_speed", "host_quiet_cost", "timed_call_overhead", "shards",
+                                  "host_speed", "profile_residue"])
 def test_experiment_answers_help(name):
     done = subprocess.run([sys.executable, "-m", f"experiments.{name}", "--help"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)

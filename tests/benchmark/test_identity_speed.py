@@ -42,6 +42,24 @@ def test_make_writes_the_subset_and_the_selection(tmp_path):
     assert "class ModelNew" in Path(selection[0]["candidate"]).read_text()
 
 
+def test_make_writes_pair_directories_per_level_that_pair_each_candidate_with_its_problem(tmp_path):
+    """pairs/level<N>/{problems,candidates}: what `--pairs` of phase_profile and eval_side_by_side
+    takes (#41's pure-PyTorch candidates at KernelBench's sizes)."""
+    from pytest_cudaagent.records.pairing import pair_directory
+
+    tree = make_kernelbench_tree(tmp_path / "kb")
+    subset = tmp_path / "subset.json"
+    subset.write_text(json.dumps({"made_with": "test", "pairs": [["1", 2, 0.1], ["2", 1, 0.1]]}))
+    assert main(["make", "--kernelbench", str(tree), "--out", str(tmp_path / "run"), "--subset", str(subset)]) == 0
+    selection = json.loads((tmp_path / "run" / "selection.json").read_text())
+    for row in selection:
+        level_dir = tmp_path / "run" / "pairs" / f"level{row['level']}"
+        pairs = pair_directory(level_dir / "problems", level_dir / "candidates")
+        assert len(pairs) == 1
+        assert pairs[0].problem.read_text() == Path(row["problem"]).read_text()
+        assert pairs[0].candidate.read_text() == Path(row["candidate"]).read_text()
+
+
 def test_the_committed_subsets_name_pairs_of_each_level():
     pairs = json.loads(identity_speed.SUBSET.read_text())["pairs"]
     assert {level for level, _, _ in pairs} == {"1", "2", "3"}
