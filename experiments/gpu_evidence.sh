@@ -52,15 +52,13 @@ identity_restore() {
     --kernelbench "${KERNELBENCH:-.kernelbench}" ${IDENTITY_SUBSET:+--subset "$IDENTITY_SUBSET"}
 }
 identity_keep() {
-  local dir=${IDENTITY_DIR:-/tmp/identity}
-  mkdir -p "$OUT/identity"
-  cp "$dir/selection.json" "$OUT/identity/" 2>/dev/null
-  cp "$dir/kernelbench.jsonl" "$OUT/identity/" 2>/dev/null
-  for mode in alone batched; do
-    if [ -f "$dir/$mode/results.jsonl" ]; then
-      mkdir -p "$OUT/identity/$mode" && cp "$dir/$mode/results.jsonl" "$dir/$mode/leaderboard.md" "$OUT/identity/$mode/" 2>/dev/null
-    fi
+  # One tarball, not loose files: the device tool brings back at most eight files, and session 9's
+  # level-3 run lost its results.jsonl to that limit. Unpack with tar xzf identity.tgz.
+  local dir=${IDENTITY_DIR:-/tmp/identity} kept=()
+  for file in selection.json kernelbench.jsonl alone/results.jsonl alone/leaderboard.md batched/results.jsonl batched/leaderboard.md; do
+    [ -f "$dir/$file" ] && kept+=("$file")
   done
+  [ ${#kept[@]} -gt 0 ] && tar czf "$OUT/identity.tgz" -C "$dir" "${kept[@]}"
 }
 # Each section's whole output goes to $OUT/<section>.log; its last lines are printed.
 run_section() {
@@ -171,9 +169,9 @@ run_section() {
                        --json "$OUT/host_quiet_cost.json" ;;
     # #40 (and #38's verdicts under load): the identity set, each KernelBench problem's own Model as its candidate.
     # IDENTITY_DIR keeps the run between calls of one warm machine; IDENTITY_FROM (a folder an earlier call
-    # brought back, carried) restores it on a fresh one. Each section copies what it made to $OUT/identity.
+    # brought back and unpacked, carried) restores it on a fresh one. Each section packs what it made into $OUT/identity.tgz.
     # IDENTITY_SUBSET=all (every problem: far over one session's device time, README "Identity candidates").
-    # IDENTITY_LEVEL: the levels a phase takes (default 1,2,3).
+    # IDENTITY_LEVEL: the levels a phase takes (default 1,2,3); IDENTITY_ROUNDS: --timing-rounds for alone and batched.
     # IDENTITY_DEADLINE: seconds a phase may run (the bench is stopped by SIGTERM, keeping what ended; --resume continues).
     # shellcheck disable=SC2086  # an empty IDENTITY_SUBSET adds no argument
     identity-make) python3 -m experiments.identity_speed make --out "${IDENTITY_DIR:-/tmp/identity}" \
@@ -183,7 +181,7 @@ run_section() {
                    timeout --signal=TERM --kill-after=30 "${IDENTITY_DEADLINE:-520}" \
                      python3 -m experiments.identity_speed "${section#identity-}" --out "${IDENTITY_DIR:-/tmp/identity}" \
                        --kernelbench "${KERNELBENCH:-.kernelbench}" --deadline "$(( ${IDENTITY_DEADLINE:-520} - 40 ))" \
-                       --level "${IDENTITY_LEVEL:-1,2,3}"
+                       --level "${IDENTITY_LEVEL:-1,2,3}" ${IDENTITY_ROUNDS:+--timing-rounds "$IDENTITY_ROUNDS"}
                    identity_keep ;;
     identity-report) identity_restore
                      python3 -m experiments.identity_speed report --out "${IDENTITY_DIR:-/tmp/identity}" \

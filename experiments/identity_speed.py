@@ -177,6 +177,8 @@ def bench_command(args, mode: str) -> tuple[list[str], dict[str, str]]:
         command += ["--workers", "1"]
     elif args.workers:
         command += ["--workers", str(args.workers)]
+    if getattr(args, "timing_rounds", None):
+        command += ["--timing-rounds", str(args.timing_rounds)]
     return command, {"CUDAAGENT_CACHE": str(out / f"cache-{mode}")}
 
 
@@ -430,6 +432,8 @@ def cpu(args) -> int:
     timing = TimingConfig() if args.reserved_cpus is None else TimingConfig(reserved_cpus=args.reserved_cpus)
     if args.cpu_flush_mib is not None:
         timing = dataclasses.replace(timing, cpu_flush_bytes=int(args.cpu_flush_mib * 2**20))
+    if args.timing_rounds:
+        timing = dataclasses.replace(timing, timing_rounds=args.timing_rounds)
     runs = []
     for repeat in range(args.repeats):
         results = out / f"run-{repeat}" / "results.jsonl"
@@ -514,6 +518,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reserved-cpus", type=int,
                         help="cpu: TimingConfig.reserved_cpus for the runs (default: the machine's own; none "
                              "below four cores)")
+    parser.add_argument("--timing-rounds", type=int,
+                        help="alone/batched/cpu: the candidate and eager timed in N alternating rounds (--timing-rounds)")
     parser.add_argument("--cpu-flush-mib", type=float, help="cpu: the cache flush before each timed call (0: none)")
     parser.add_argument("--no-start-ahead", action="store_true",
                         help="cpu: no candidate's worker started while another is timed (cudaagent bench --no-start-ahead)")

@@ -230,6 +230,10 @@ class Evaluation:
         self.sandbox: Sandbox | None = None
         self.reference_host_transfers: frozenset[str] = frozenset()  # worker.audited_reference
         self._workers: dict[str, Worker] = {}  # by side, kept for their request times (Result.profile)
+        # The eager baseline's rounds between the candidate's (TimingConfig.timing_rounds), its
+        # replies kept for _time_baselines; None where it is timed after the candidate (cached).
+        self._interleaved: list[dict] | None = (
+            [] if "eager" in config.baselines and config.timing_config.timing_rounds > 1 else None)
         # Fresh sets asked of the reference ahead of the timing (_ask_fresh_sets_ahead).
         self._fresh_pending = False
         self._fresh_ahead: list[dict] = []
@@ -905,26 +909,59 @@ class Evaluation:
         self.result.kernels = warm["kernel_names"]
         set_bytes = _set_bytes(warm_sets[0])
         timed_count = fresh_call_count(warm["per_call_ms"], set_bytes, timing, warm["device_ms"])
-        # A timed request the evaluator's own view does not account for is timed again, on
-        # fresh sets, before it is a verdict: on the GPU work of other processes (another
-        # evaluation's staging, a new worker's CUDA context) can stall the loop around the calls
-        # (#44: 11 of 13 honest level-2 identity pairs at 16 workers on the H200). A clock the
-        # candidate changed is caught on every attempt.
-        for attempt in range(1, timing.unaccounted_attempts + 1):
-            reply, audit, timed_sets, audited_sets, unaccounted = self._timed_request(
-                worker, reference_worker, warm, timed_count)
-            if unaccounted is None or attempt == timing.unaccounted_attempts:
-                break
-            self.result.env.setdefault("timed_again", []).append(unaccounted.detail[:300])
-        if unaccounted is not None:
-            self._add_violations([unaccounted])
-        stats = TimingStats.from_samples(reply["samples_ms"], warm["device_ms"], warm["launch_overlapped"])
+        samples: list[float] = []
+        for count in self._round_counts(timed_count):
+            reply, audit = self._timed_round(worker, reference_worker, warm, count)
+            samples += reply["samples_ms"]
+            if not self._ok_so_far():
+                break  # a verdict already: no more rounds
+            if self._interleaved is not None:
+                self._eager_round(reference_worker, count)
+        stats = TimingStats.from_samples(samples, warm["device_ms"], warm["launch_overlapped"])
         self.result.timing["candidate"] = stats
         if self.device == "cuda":
             self._check_kernels(warm)
             self._check_busy_time(stats.median_ms, warm["device_busy_ms"])
         else:
             self._check_watched_time(stats.median_ms, audit)
+
+    def _round_counts(self, timed_count: int) -> list[int]:
+        """The candidate's timed calls split into TimingConfig.timing_rounds rounds (one where
+        the eager baseline is not interleaved), each of at least min_samples // rounds calls and
+        two; the eager baseline's rounds take the same counts (_eager_round)."""
+        rounds = self.config.timing_config.timing_rounds if self._interleaved is not None else 1
+        floor = max(2, self.config.timing_config.min_samples // rounds)
+        rounds = max(1, min(rounds, timed_count // floor))
+        return [timed_count // rounds + (1 if index < timed_count % rounds else 0) for index in range(rounds)]
+
+    def _timed_round(self, worker: Worker, reference_worker: Worker, warm: dict, count: int) -> tuple[dict, dict]:
+        """One round of the candidate's timed calls: (reply, audit). A timed request the
+        evaluator's own view does not account for is timed again, on fresh sets, before it is a
+        verdict: on the GPU work of other processes (another evaluation's staging, a new
+        worker's CUDA context) can stall the loop around the calls (#44: 11 of 13 honest level-2
+        identity pairs at 16 workers on the H200). A clock the candidate changed is caught on
+        every attempt."""
+        timing = self.config.timing_config
+        for attempt in range(1, timing.unaccounted_attempts + 1):
+            reply, audit, _, _, unaccounted = self._timed_request(worker, reference_worker, warm, count)
+            if unaccounted is None or attempt == timing.unaccounted_attempts:
+                break
+            self.result.env.setdefault("timed_again", []).append(unaccounted.detail[:300])
+        if unaccounted is not None:
+            self._add_violations([unaccounted])
+        return reply, audit
+
+    def _eager_round(self, reference_worker: Worker, count: int) -> None:
+        """`count` calls of the eager baseline right after a round of the candidate's, under the
+        settings the candidate was timed under (TimingConfig.timing_rounds); _time_baselines
+        pools them."""
+        indices = list(range(self.config.trials, self._set_count()))
+        settings = self.result.backend_settings["candidate"]
+        with self._next_worker_paused("the eager baseline"):
+            reply = self._phase("baselines", lambda: reference_worker.request(
+                ("baseline", "eager", indices, settings, count), self.config.run_timeout_s),
+                worker=reference_worker, problem_side=True, record=False)
+        self._interleaved.append(reply)
 
     def _timed_request(self, worker: Worker, reference_worker: Worker, warm: dict, timed_count: int) -> tuple:
         """One timed request on fresh sets, its audit and its checks: (reply, audit, timed sets,
@@ -1094,19 +1131,32 @@ class Evaluation:
         indices = list(range(self.config.trials, self._set_count()))
         settings = self.result.backend_settings["candidate"]
 
+        def stats_of(mode: str, replies: list[dict]) -> TimingStats:
+            for reply in replies:
+                if reply["backend_settings"] != settings:
+                    unreached = diff(BackendSettings(settings), BackendSettings(reply["backend_settings"]))
+                    self._add_warnings([Violation("backend_settings_changed", f"the {mode} baseline could not be "
+                                                  f"timed under the candidate's settings: {'; '.join(unreached)}")])
+                if not self._note_quiet(f"the {mode} baseline", reply.get("quiet", True), reply.get("beside", "")):
+                    beside_other_work.add(mode)
+            samples = [sample for reply in replies for sample in reply["samples_ms"]]
+            return TimingStats.from_samples(samples, replies[0]["device_ms"], replies[0].get("launch_overlapped"))
+
         def measure(mode: str) -> TimingStats:
             with self._next_worker_paused(f"the {mode} baseline"):
                 reply = worker.request(("baseline", mode, indices, settings), self.config.run_timeout_s)
-            if reply["backend_settings"] != settings:
-                unreached = diff(BackendSettings(settings), BackendSettings(reply["backend_settings"]))
-                self._add_warnings([Violation("backend_settings_changed", f"the {mode} baseline could not be timed "
-                                              f"under the candidate's settings: {'; '.join(unreached)}")])
-            if not self._note_quiet(f"the {mode} baseline", reply.get("quiet", True), reply.get("beside", "")):
-                beside_other_work.add(mode)
-            return TimingStats.from_samples(reply["samples_ms"], reply["device_ms"], reply.get("launch_overlapped"))
+            return stats_of(mode, [reply])
 
         beside_other_work: set[str] = set()  # not cached: the next evaluation measures it again
         for mode in self.config.baselines:
+            if mode == "eager" and self._interleaved:
+                # Timed in rounds between the candidate's (_eager_round): this evaluation's own,
+                # neither read from the cache nor written to it.
+                stats = self.result.timing[mode] = stats_of(mode, self._interleaved)
+                warning = unstable_warning(mode, stats, spread_rules) if spread_bound is not None else None
+                if warning:
+                    self._add_warnings([warning])
+                continue
             key = cache.key(self.problem, self.device, mode, timing, self.config.convention, settings)
             with cache.lock(key):
                 stats = cache.get(key)

@@ -102,6 +102,16 @@ class TimingConfig:
     host_bound_repeat_ms: float = 1000.0
     min_samples: int = 10
     max_samples: int = 1000
+    # The candidate's timed calls and the eager baseline's in this many alternating rounds
+    # (candidate, eager, candidate, eager, ...), each side's samples pooled, the eager baseline
+    # then measured for this evaluation alone (not read from the baseline cache, not written to
+    # it). Timed one after the other, seconds apart, both sides' medians move with the host in
+    # between: on the H100 machine a launch-bound call's host speed switches between two levels
+    # every second or so (docs/timing.md, "Host-bound calls"). 1: the candidate, then the
+    # baselines. Not the default anywhere yet: on the 2-core CPU box three rounds gave 49 and 49 of
+    # 53 identity candidates within 0.9-1.1 against 47-51 in one (#40), and on the GPU the
+    # candidate's worker would hold its device memory beside the baseline's (not yet measured).
+    timing_rounds: int = 1
     # Input buffers the calls rotate through, so a small input cannot live in L2 across calls.
     # Baselines rotate this many content sets; a candidate's timed calls each get content never
     # seen before (memoising by pointer, call count or content then gives wrong outputs), and its
@@ -222,6 +232,7 @@ class TimingConfig:
     # row of a CPU bench was flagged; CPU speedups there are a functional check, not a measure.
     cpu_unstable_spread: float | None = None
     baseline_remeasures: int = 2
+
 
 
 # What the sandboxed candidate may read and execute (besides Python's prefixes, site-packages, this

@@ -636,7 +636,10 @@ class ReferenceServer(RequestServer):
                         "detail": check.error, "outputs": under_run}
         return {"deterministic": True, "cause": None, "detail": None}
 
-    def handle_baseline(self, mode: str, set_indices: list[int], settings: dict) -> dict:
+    def handle_baseline(self, mode: str, set_indices: list[int], settings: dict, count: int | None = None) -> dict:
+        """`mode` timed by the candidate's loop (timed_as_the_candidate); `count` timed calls where
+        the evaluator asks for a round of the candidate's count (TimingConfig.timing_rounds),
+        else as many as fresh_call_count gives."""
         import torch
 
         from ..timing.backend_settings import BackendSettings, applied, capture
@@ -653,12 +656,12 @@ class ReferenceServer(RequestServer):
         # torch.compile reads the settings when it compiles, inside the first timed-loop call.
         with applied(BackendSettings.from_dict(settings)), torch.no_grad(), device_lock(device, config.timing_config.quiet_wait_s) as hold:
             timed_under = capture().to_dict()
-            measurement = self.timed_as_the_candidate(timer, fn, set_indices)
+            measurement = self.timed_as_the_candidate(timer, fn, set_indices, count)
         return {"samples_ms": measurement.samples_ms, "device_ms": measurement.device_ms,
                 "launch_overlapped": measurement.launch_overlapped, "backend_settings": timed_under,
                 "quiet": hold.quiet, "beside": hold.beside}
 
-    def timed_as_the_candidate(self, timer, fn, set_indices: list[int]):
+    def timed_as_the_candidate(self, timer, fn, set_indices: list[int], count: int | None = None):
         """A baseline timed by the candidate's own loop, step for step (the candidate worker's
         warm, stage and time requests): warm-up and, on the GPU, the device-time profile on the
         warm-up sets; then as many calls as the candidate gets (timer.fresh_call_count), each
@@ -698,7 +701,8 @@ class ReferenceServer(RequestServer):
         overlap = timer.overlaps_launch(profiled)
         output_nbytes = [value.numel() * value.element_size() for value in tensors(chosen[0]["outputs"])]
         set_bytes = nbytes(chosen[0]["inputs"]) + sum(output_nbytes)
-        count = fresh_call_count(per_call_ms, set_bytes, timer.config, profiled.device_ms if profiled else None)
+        if count is None:
+            count = fresh_call_count(per_call_ms, set_bytes, timer.config, profiled.device_ms if profiled else None)
         if device == "cpu":
             seeds = [_fresh_seed() for _ in range(count)]
             timed = [self.draw_inputs(seed) for seed in seeds]

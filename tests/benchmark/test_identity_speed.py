@@ -81,6 +81,15 @@ def test_alone_and_batched_run_bench_with_caches_of_their_own(tmp_path):
     assert alone_env["CUDAAGENT_CACHE"] != batched_env["CUDAAGENT_CACHE"]
 
 
+def test_timing_rounds_reach_the_bench_command_when_given(tmp_path):
+    args = identity_speed.argparse.Namespace(out=str(tmp_path), kernelbench="kb", level="3", device="cuda",
+                                             workers=None, timing_rounds=4)
+    command, _ = bench_command(args, "alone")
+    assert command[command.index("--timing-rounds") + 1] == "4"
+    args.timing_rounds = None
+    assert "--timing-rounds" not in bench_command(args, "alone")[0]
+
+
 def test_the_report_puts_the_three_timings_side_by_side_per_level(tmp_path):
     problem = str(tmp_path / "KernelBench" / "level1" / "1_A.py")
     other = str(tmp_path / "KernelBench" / "level2" / "1_B.py")

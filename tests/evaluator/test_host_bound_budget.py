@@ -15,7 +15,7 @@ from pytest_cudaagent.timing.timer import fresh_call_count, repeat_budget_ms
 from tests.helpers import CPU_CANDIDATES, PROBLEMS
 
 TIMING = TimingConfig(repeat_ms=100, host_bound_ratio=2.0, host_bound_repeat_ms=1000, min_samples=10,
-                      max_samples=1000, fresh_inputs_bytes=1 << 30)
+                      max_samples=1000, fresh_inputs_bytes=1 << 30, timing_rounds=1)
 
 
 def test_a_host_bound_call_gets_the_longer_budget():

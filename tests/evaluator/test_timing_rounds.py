@@ -1,0 +1,142 @@
+"""The candidate's timed calls and the eager baseline's in alternating rounds, each side's samples
+pooled (TimingConfig.timing_rounds, `--timing-rounds N`, #40): timed one after the other, seconds
+apart, both medians move with the host in between. One round by default."""
+
+import contextlib
+import dataclasses
+import json
+
+from pytest_cudaagent import EvalConfig, TimingConfig, evaluate
+from pytest_cudaagent.core.files import check_candidate
+from pytest_cudaagent.evaluation import Evaluation
+from tests.helpers import CPU_CANDIDATES, PROBLEMS
+
+TIMING = TimingConfig(repeat_ms=100, min_samples=10, max_samples=1000, timing_rounds=3)
+
+
+def evaluation(timing: TimingConfig = TIMING, device: str = "cpu", baselines=("eager",)) -> Evaluation:
+    config = EvalConfig(device="cpu", timing_config=timing, baselines=baselines)
+    return Evaluation(PROBLEMS / "row_sum.py", check_candidate(CPU_CANDIDATES / "row_sum.py"), config, device)
+
+
+def test_one_round_by_default_and_only_eager_is_interleaved():
+    assert TimingConfig().timing_rounds == 1
+    assert evaluation(TimingConfig())._interleaved is None
+    assert evaluation()._interleaved == [] and evaluation(device="cuda")._interleaved == []
+    assert evaluation(baselines=("compile",))._interleaved is None
+
+
+def test_the_option_sets_the_rounds_and_refuses_fewer_than_one():
+    import pytest
+
+    from pytest_cudaagent.options import eval_config
+
+    assert eval_config({"timing-rounds": "3"}).timing_config.timing_rounds == 3
+    with pytest.raises(ValueError, match="--timing-rounds"):
+        eval_config({"timing-rounds": "0"})
+
+
+def test_the_candidates_calls_split_into_rounds_of_at_least_a_third_of_min_samples():
+    run = evaluation()
+    assert run._round_counts(50) == [17, 17, 16]
+    assert run._round_counts(10) == [4, 3, 3]
+    assert run._round_counts(5) == [5]  # too few calls to split into rounds of three
+    assert sum(run._round_counts(1000)) == 1000
+    assert evaluation(dataclasses.replace(TIMING, timing_rounds=1))._round_counts(50) == [50]
+
+
+class Reference:
+    """The reference's worker: answers each eager round with as many samples as it was asked."""
+
+    def __init__(self, log: list, settings: dict):
+        self.log, self.settings = log, settings
+
+    def request(self, message: tuple, timeout_s: float) -> dict:
+        self.log.append(message[:2] + message[4:])
+        count = message[4] if len(message) > 4 else 10
+        return {"samples_ms": [2.0] * count, "device_ms": None, "launch_overlapped": False,
+                "backend_settings": self.settings, "quiet": True, "beside": ""}
+
+
+def _warm_reply() -> dict:
+    return {"per_call_ms": 2.0, "device_ms": None, "device_busy_ms": None, "kernel_names": [], "own_kernel_names": [],
+            "launch_overlapped": False, "findings": [], "precision": []}
+
+
+def test_candidate_and_eager_rounds_alternate_and_each_side_pools_its_samples(monkeypatch, tmp_path):
+    run = evaluation(dataclasses.replace(TIMING, repeat_ms=100))
+    run.config.cache_dir = tmp_path / "cache"
+    settings = {"configured": "as configured"}
+    run.result.backend_settings["candidate"] = settings
+    run.result.correct = True  # its trials passed
+    log: list = []
+
+    def timed_request(worker, reference_worker, warm, count):
+        log.append(("time", count))
+        return {"samples_ms": [1.0] * count}, {"audited_ms": 1.0}, [], [], None
+
+    class Candidate:
+        def request(self, message, timeout_s):
+            return _warm_reply()
+
+    monkeypatch.setattr(run, "_timing_lock", lambda who, worker: contextlib.nullcontext())
+    monkeypatch.setattr(run, "_timed_request", timed_request)
+    monkeypatch.setattr(run, "_collect_fresh_sets", lambda reference_worker: None)
+    monkeypatch.setattr(run, "_check_watched_time", lambda median, audit: None)
+    monkeypatch.setattr(run, "_set_count", lambda: run.config.trials + 3)
+    reference = Reference(log, settings)
+    run._time_candidate(Candidate(), reference, [{"inputs": [], "outputs": []}])
+    assert log == [("time", 17), ("baseline", "eager", 17), ("time", 17), ("baseline", "eager", 17),
+                   ("time", 16), ("baseline", "eager", 16)]
+    run._time_baselines(reference)
+    assert len(log) == 6  # the eager baseline is not measured again after the candidate
+    assert run.result.timing["candidate"].samples == run.result.timing["eager"].samples == 50
+    assert run.result.timing["candidate"].median_ms == 1.0 and run.result.timing["eager"].median_ms == 2.0
+    assert not list((tmp_path / "cache" / "baselines").glob("*.json"))  # neither read from the cache nor written to it
+
+
+def test_a_verdict_in_a_round_ends_the_rounds(monkeypatch):
+    run = evaluation()
+    run.result.correct = True
+    log: list = []
+
+    def timed_request(worker, reference_worker, warm, count):
+        log.append(("time", count))
+        run.result.violations.append("a violation found in this round")
+        return {"samples_ms": [1.0] * count}, {"audited_ms": 1.0}, [], [], None
+
+    class Candidate:
+        def request(self, message, timeout_s):
+            return _warm_reply()
+
+    monkeypatch.setattr(run, "_timing_lock", lambda who, worker: contextlib.nullcontext())
+    monkeypatch.setattr(run, "_timed_request", timed_request)
+    monkeypatch.setattr(run, "_collect_fresh_sets", lambda reference_worker: None)
+    monkeypatch.setattr(run, "_check_watched_time", lambda median, audit: None)
+    run._time_candidate(Candidate(), Reference(log, {}), [{"inputs": [], "outputs": []}])
+    assert log == [("time", 17)]  # neither another round of the candidate's nor one of eager's
+
+
+def test_with_one_round_eager_is_measured_after_the_candidate_and_cached(monkeypatch, tmp_path):
+    run = evaluation(dataclasses.replace(TIMING, timing_rounds=1))
+    run.config.cache_dir = tmp_path / "cache"
+    settings = {"configured": "as configured"}
+    run.result.backend_settings["candidate"] = settings
+    log: list = []
+    monkeypatch.setattr(run, "_set_count", lambda: run.config.trials + 3)
+    run._time_baselines(Reference(log, settings))
+    assert log == [("baseline", "eager")]
+    assert len(list((tmp_path / "cache" / "baselines").glob("*.json"))) == 1
+
+
+def test_a_cpu_evaluation_times_eager_in_rounds_between_the_candidates(tmp_path):
+    """End to end on the CPU backend: three timed requests of the candidate, the eager baseline's
+    samples as many as the candidate's, and no eager entry in the baseline cache."""
+    config = EvalConfig(device="cpu", baselines=("eager",), cache_dir=tmp_path / "cache",
+                        timing_config=TimingConfig(timing_rounds=3))
+    result = evaluate(PROBLEMS / "leaky_relu.py", CPU_CANDIDATES / "leaky_relu.py", config)
+    assert result.passed, result.summary()
+    assert len(result.env["timed_loop"]) == 3
+    assert result.timing["eager"].samples == result.timing["candidate"].samples
+    cached = [json.loads(path.read_text()) for path in (tmp_path / "cache").rglob("*.json")]
+    assert not [entry for entry in cached if entry.get("mode") == "eager"]
