@@ -31,7 +31,7 @@ NON_DEFAULT = {
     "device": "cpu", "trials": "3", "baselines": "eager,max-autotune", "no-timing": True, "policy": "permissive",
     "tolerance": "strict", "convention": "cuda-agent", "backend": "strict-fp32", "memory-policy": "retry",
     "require-sandbox": True, "timeout": "7", "build-timeout": "40", "audit-timed-calls": True,
-    "count-launch": True, "fast-build": True,
+    "count-launch": True, "timing-rounds": "3", "fast-build": True,
 }
 
 
@@ -40,7 +40,7 @@ def expected(**changes) -> EvalConfig:
         device="cpu", trials=3, baselines=("eager", "max-autotune"), timing=False, policy="permissive",
         tolerance="strict", convention="cuda-agent", backend="strict-fp32", memory_policy="retry",
         require_sandbox=True, run_timeout_s=7.0, build_timeout_s=40.0, fast_build=True,
-        timing_config=TimingConfig(audit_timed_calls=True, overlap_launch=False)), **changes})
+        timing_config=TimingConfig(audit_timed_calls=True, overlap_launch=False, timing_rounds=3)), **changes})
 
 
 def flags(values: dict, prefix: str = "--") -> list[str]:
@@ -53,7 +53,7 @@ def flags(values: dict, prefix: str = "--") -> list[str]:
 # Each option with a value, at a bad one (a flag's only bad use: both of a contradicting pair).
 BAD = [("device", "gpu"), ("trials", "0"), ("trials", "two"), ("baselines", "eager,fast"), ("policy", "lax"),
        ("tolerance", "loose"), ("convention", "mine"), ("backend", "tf32"), ("memory-policy", "greedy"),
-       ("timeout", "0"), ("timeout", "soon"), ("build-timeout", "-1")]
+       ("timeout", "0"), ("timeout", "soon"), ("build-timeout", "-1"), ("timing-rounds", "0"), ("timing-rounds", "many")]
 CONTRADICTING = ["fast-build", "no-fast-build"]
 
 
