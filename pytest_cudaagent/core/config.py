@@ -234,7 +234,6 @@ class TimingConfig:
     baseline_remeasures: int = 2
 
 
-
 # What the sandboxed candidate may read and execute (besides Python's prefixes, site-packages, this
 # package, CUDA_HOME and its own sources): the system's programs, libraries, headers and settings,
 # and /proc and /sys (a private /proc, read only). Home, /tmp, the repository and the cache are not
