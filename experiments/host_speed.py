@@ -28,22 +28,13 @@ from rich.table import Table
 
 
 def blocks_in_this_process(problem: Path, blocks: int, calls: int, pause_s: float) -> list[float]:
-    import importlib.util
-
     import torch
 
-    from experiments.profile_residue import bare_median_ms
+    from experiments.profile_residue import bare_median_ms, warmed_model
 
-    spec = importlib.util.spec_from_file_location("problem", problem)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    torch.manual_seed(0)
+    model, inputs = warmed_model(problem)
+    medians = []
     with torch.no_grad():
-        model = module.Model(*module.get_init_inputs()).cuda()
-        inputs = [value.cuda() if isinstance(value, torch.Tensor) else value for value in module.get_inputs()]
-        for _ in range(5):
-            model(*inputs)
-        medians = []
         for _ in range(blocks):
             medians.append(bare_median_ms(model, inputs, calls))
             time.sleep(pause_s)

@@ -177,7 +177,7 @@ def bench_command(args, mode: str) -> tuple[list[str], dict[str, str]]:
         command += ["--workers", "1"]
     elif args.workers:
         command += ["--workers", str(args.workers)]
-    if getattr(args, "timing_rounds", None):
+    if args.timing_rounds:
         command += ["--timing-rounds", str(args.timing_rounds)]
     return command, {"CUDAAGENT_CACHE": str(out / f"cache-{mode}")}
 

@@ -41,25 +41,33 @@ def bare_median_ms(model, inputs, calls: int) -> float:
     return statistics.median(times)
 
 
+def warmed_model(problem: Path):
+    """The problem's Model on the GPU, built under no_grad after seed 0, with its inputs there,
+    called five times: (model, inputs)."""
+    import torch
+
+    from pytest_cudaagent.core.files import import_file
+
+    module = import_file(problem, "problem")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        model = module.Model(*module.get_init_inputs()).cuda()
+        inputs = [value.cuda() if isinstance(value, torch.Tensor) else value for value in module.get_inputs()]
+        for _ in range(5):
+            model(*inputs)
+    return model, inputs
+
+
 def one_process(problem: Path, calls: int, profile: bool) -> dict:
     """Runs in the child: before, after one profile pass, after a second one."""
-    import importlib.util
-
     import torch
 
     from pytest_cudaagent.core.config import TimingConfig
     from pytest_cudaagent.timing.timer import Clock, Timer
 
-    spec = importlib.util.spec_from_file_location("problem", problem)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    torch.manual_seed(0)
+    model, inputs = warmed_model(problem)
+    timer = Timer(Clock("cuda"), TimingConfig())
     with torch.no_grad():
-        model = module.Model(*module.get_init_inputs()).cuda()
-        inputs = [value.cuda() if isinstance(value, torch.Tensor) else value for value in module.get_inputs()]
-        timer = Timer(Clock("cuda"), TimingConfig())
-        for _ in range(5):
-            model(*inputs)
         row = {"before_ms": bare_median_ms(model, inputs, calls)}
         for label in ("after_1", "after_2"):
             if profile:

@@ -346,7 +346,7 @@ class Evaluation:
             self._confirm_static(static)
             if self._ok_so_far() and self.config.timing:
                 warm_sets = [self._set_at(reference_worker, position)
-                             for position in range(self.config.trials, self._set_count())]
+                             for position in self._warm_positions()]
                 self._phase("timing", lambda: self._time_candidate(candidate_worker, reference_worker, warm_sets))
                 result.log = candidate_worker.log_tail()  # its log goes with it
                 candidate_worker.close()  # free its GPU memory before the baselines run
@@ -925,6 +925,11 @@ class Evaluation:
         else:
             self._check_watched_time(stats.median_ms, audit)
 
+    def _warm_positions(self) -> list[int]:
+        """The sets after the trials': the candidate's warm-up sets, on which the baselines are
+        timed too."""
+        return list(range(self.config.trials, self._set_count()))
+
     def _round_counts(self, timed_count: int) -> list[int]:
         """The candidate's timed calls split into TimingConfig.timing_rounds rounds (one where
         the eager baseline is not interleaved), each of at least min_samples // rounds calls and
@@ -955,7 +960,7 @@ class Evaluation:
         """`count` calls of the eager baseline right after a round of the candidate's, under the
         settings the candidate was timed under (TimingConfig.timing_rounds); _time_baselines
         pools them."""
-        indices = list(range(self.config.trials, self._set_count()))
+        indices = self._warm_positions()
         settings = self.result.backend_settings["candidate"]
         with self._next_worker_paused("the eager baseline"):
             reply = self._phase("baselines", lambda: reference_worker.request(
@@ -1128,7 +1133,7 @@ class Evaluation:
         # The spread bound comes from the GPU; on the CPU it is its own, or none (config.py).
         spread_bound = timing.unstable_spread if self.device == "cuda" else timing.cpu_unstable_spread
         spread_rules = dataclasses.replace(timing, unstable_spread=spread_bound or 0.0)
-        indices = list(range(self.config.trials, self._set_count()))
+        indices = self._warm_positions()
         settings = self.result.backend_settings["candidate"]
 
         def stats_of(mode: str, replies: list[dict]) -> TimingStats:

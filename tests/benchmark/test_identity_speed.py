@@ -70,7 +70,7 @@ def test_the_committed_subsets_name_pairs_of_each_level():
 
 def test_alone_and_batched_run_bench_with_caches_of_their_own(tmp_path):
     args = identity_speed.argparse.Namespace(out=str(tmp_path), kernelbench="kb", level="1,2,3", device="cuda",
-                                             workers=None)
+                                             workers=None, timing_rounds=None)
     alone, alone_env = bench_command(args, "alone")
     batched, batched_env = bench_command(args, "batched")
     assert alone[alone.index("--workers") + 1] == "1" and "--workers" not in batched

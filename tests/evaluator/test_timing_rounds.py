@@ -58,9 +58,22 @@ class Reference:
                 "backend_settings": self.settings, "quiet": True, "beside": ""}
 
 
-def _warm_reply() -> dict:
-    return {"per_call_ms": 2.0, "device_ms": None, "device_busy_ms": None, "kernel_names": [], "own_kernel_names": [],
-            "launch_overlapped": False, "findings": [], "precision": []}
+class Candidate:
+    """The candidate's worker: answers the warm-up with a 2 ms call (50 timed calls of 100 ms)."""
+
+    def request(self, message: tuple, timeout_s: float) -> dict:
+        assert message[0] == "warm"
+        return {"per_call_ms": 2.0, "device_ms": None, "device_busy_ms": None, "kernel_names": [],
+                "own_kernel_names": [], "launch_overlapped": False, "findings": [], "precision": []}
+
+
+def time_with(run: Evaluation, monkeypatch, timed_request) -> None:
+    """`run`'s candidate timed with `timed_request` in place of the worker's timed requests, no
+    lock, fresh sets or CPU watch check around them."""
+    monkeypatch.setattr(run, "_timing_lock", lambda who, worker: contextlib.nullcontext())
+    monkeypatch.setattr(run, "_timed_request", timed_request)
+    monkeypatch.setattr(run, "_collect_fresh_sets", lambda reference_worker: None)
+    monkeypatch.setattr(run, "_check_watched_time", lambda median, audit: None)
 
 
 def test_candidate_and_eager_rounds_alternate_and_each_side_pools_its_samples(monkeypatch, tmp_path):
@@ -75,14 +88,7 @@ def test_candidate_and_eager_rounds_alternate_and_each_side_pools_its_samples(mo
         log.append(("time", count))
         return {"samples_ms": [1.0] * count}, {"audited_ms": 1.0}, [], [], None
 
-    class Candidate:
-        def request(self, message, timeout_s):
-            return _warm_reply()
-
-    monkeypatch.setattr(run, "_timing_lock", lambda who, worker: contextlib.nullcontext())
-    monkeypatch.setattr(run, "_timed_request", timed_request)
-    monkeypatch.setattr(run, "_collect_fresh_sets", lambda reference_worker: None)
-    monkeypatch.setattr(run, "_check_watched_time", lambda median, audit: None)
+    time_with(run, monkeypatch, timed_request)
     monkeypatch.setattr(run, "_set_count", lambda: run.config.trials + 3)
     reference = Reference(log, settings)
     run._time_candidate(Candidate(), reference, [{"inputs": [], "outputs": []}])
@@ -105,14 +111,7 @@ def test_a_verdict_in_a_round_ends_the_rounds(monkeypatch):
         run.result.violations.append("a violation found in this round")
         return {"samples_ms": [1.0] * count}, {"audited_ms": 1.0}, [], [], None
 
-    class Candidate:
-        def request(self, message, timeout_s):
-            return _warm_reply()
-
-    monkeypatch.setattr(run, "_timing_lock", lambda who, worker: contextlib.nullcontext())
-    monkeypatch.setattr(run, "_timed_request", timed_request)
-    monkeypatch.setattr(run, "_collect_fresh_sets", lambda reference_worker: None)
-    monkeypatch.setattr(run, "_check_watched_time", lambda median, audit: None)
+    time_with(run, monkeypatch, timed_request)
     run._time_candidate(Candidate(), Reference(log, {}), [{"inputs": [], "outputs": []}])
     assert log == [("time", 17)]  # neither another round of the candidate's nor one of eager's
 
