@@ -103,6 +103,10 @@ class Result:
     # The candidate's timed calls as the evaluating process saw them from outside its worker
     # (outside_view.Account): wall_ms, samples_ms, unaccounted_ms, allowed_ms, new_threads_cpu_ms.
     timed_request: dict[str, float] = field(default_factory=dict)
+    # Where the candidate and the eager baseline were timed in alternating rounds
+    # (TimingConfig.timing_rounds): each round's medians, {"candidate_ms", "eager_ms"}, in order.
+    # speedup_vs_eager is then the median of the rounds' ratios (each pair timed back to back).
+    timing_rounds: list[dict[str, float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

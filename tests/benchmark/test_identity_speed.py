@@ -14,6 +14,7 @@ from experiments.identity_speed import (
     distribution,
     kernelbench_speedups,
     main,
+    pooled_rows,
     summarise,
 )
 
@@ -110,6 +111,23 @@ def test_the_report_puts_the_three_timings_side_by_side_per_level(tmp_path):
     assert summary["2"]["alone"]["within_band"] == 0.0  # 0.5x
     assert summary["2"]["kernelbench"]["not_passed"] == 1 and summary["2"]["kernelbench"]["n"] == 0
     assert summary["all"]["alone"]["n"] == 2
+
+
+def test_rows_timed_in_rounds_are_reported_again_with_their_pooled_medians(tmp_path):
+    """The Result's speedup of a run in rounds is the median of the rounds' ratios; the report
+    shows the pooled medians' ratio beside it, for the rows that had rounds only."""
+    problem = str(tmp_path / "KernelBench" / "level3" / "1_A.py")
+    in_rounds = fake_result(problem, "level_3_problem_1_sample_0_kernel.py", candidate_ms=1.0, eager_ms=1.5,
+                            compile_ms=None)
+    in_rounds.timing_rounds = [{"candidate_ms": 1.0, "eager_ms": 1.0}, {"candidate_ms": 1.5, "eager_ms": 1.5},
+                               {"candidate_ms": 1.0, "eager_ms": 1.5}]
+    in_rounds.speedup_vs_eager = 1.0
+    one_round = fake_result(problem, "level_3_problem_2_sample_0_kernel.py", candidate_ms=1.0, eager_ms=1.0,
+                            compile_ms=None)
+    rows = bench_speedups(write_results(tmp_path / "results.jsonl", [in_rounds, one_round]))
+    assert [row["speedup"] for row in rows] == [1.0, 1.0] and [row["rounds"] for row in rows] == [3, 0]
+    pooled = pooled_rows(rows)
+    assert len(pooled) == 1 and pooled[0]["speedup"] == 1.5
 
 
 def test_the_cpu_table_takes_the_median_of_the_repeats():

@@ -7,6 +7,7 @@ import dataclasses
 import json
 
 from pytest_cudaagent import EvalConfig, TimingConfig, evaluate
+from pytest_cudaagent.core.result import Result, TimingStats
 from pytest_cudaagent.core.files import check_candidate
 from pytest_cudaagent.evaluation import Evaluation
 from tests.helpers import CPU_CANDIDATES, PROBLEMS
@@ -48,13 +49,14 @@ def test_the_candidates_calls_split_into_rounds_of_at_least_a_third_of_min_sampl
 class Reference:
     """The reference's worker: answers each eager round with as many samples as it was asked."""
 
-    def __init__(self, log: list, settings: dict):
-        self.log, self.settings = log, settings
+    def __init__(self, log: list, settings: dict, speeds_ms: tuple = ()):
+        self.log, self.settings, self.speeds_ms = log, settings, list(speeds_ms)
 
     def request(self, message: tuple, timeout_s: float) -> dict:
         self.log.append(message[:2] + message[4:])
         count = message[4] if len(message) > 4 else 10
-        return {"samples_ms": [2.0] * count, "device_ms": None, "launch_overlapped": False,
+        per_call_ms = self.speeds_ms.pop(0) if self.speeds_ms else 2.0
+        return {"samples_ms": [per_call_ms] * count, "device_ms": None, "launch_overlapped": False,
                 "backend_settings": self.settings, "quiet": True, "beside": ""}
 
 
@@ -101,6 +103,42 @@ def test_candidate_and_eager_rounds_alternate_and_each_side_pools_its_samples(mo
     assert not list((tmp_path / "cache" / "baselines").glob("*.json"))  # neither read from the cache nor written to it
 
 
+def test_the_speedup_is_the_median_of_the_rounds_ratios_each_round_timed_back_to_back(monkeypatch, tmp_path):
+    """The same code on a host that switches speed (2 ms a call slow, 1 ms fast) between the
+    rounds: slow for the first round and its eager round, fast for the next round and a half,
+    slow again for the last eager round. Pooled, the candidate's median is 1 ms and eager's 2 ms
+    (2.0x); paired, two of three rounds read 1.0x and so does their median."""
+    run = evaluation()
+    run.config.cache_dir = tmp_path / "cache"
+    settings = {"configured": "as configured"}
+    run.result.backend_settings["candidate"] = settings
+    run.result.correct = run.result.passed = True
+    candidate_speeds = [2.0, 1.0, 1.0]
+
+    def timed_request(worker, reference_worker, warm, count):
+        return {"samples_ms": [candidate_speeds.pop(0)] * count}, {"audited_ms": 1.0}, [], [], None
+
+    time_with(run, monkeypatch, timed_request)
+    monkeypatch.setattr(run, "_set_count", lambda: run.config.trials + 3)
+    reference = Reference([], settings, speeds_ms=(2.0, 1.0, 2.0))
+    run._time_candidate(Candidate(), reference, [{"inputs": [], "outputs": []}])
+    run._time_baselines(reference)
+    run._speedups()
+    assert run.result.timing["eager"].median_ms / run.result.timing["candidate"].median_ms == 2.0
+    assert run.result.timing_rounds == [{"candidate_ms": 2.0, "eager_ms": 2.0}, {"candidate_ms": 1.0, "eager_ms": 1.0},
+                                        {"candidate_ms": 1.0, "eager_ms": 2.0}]
+    assert run.result.speedup_vs_eager == 1.0
+
+
+def test_with_one_round_the_speedup_is_the_ratio_of_the_medians_and_no_rounds_are_kept():
+    run = evaluation(dataclasses.replace(TIMING, timing_rounds=1))
+    run.result.passed = True
+    run.result.timing = {"candidate": TimingStats(1.0, 0.0, 10), "eager": TimingStats(1.5, 0.0, 10)}
+    run._candidate_rounds = [[1.0] * 10]
+    run._speedups()
+    assert run.result.speedup_vs_eager == 1.5 and run.result.timing_rounds == []
+
+
 def test_a_verdict_in_a_round_ends_the_rounds(monkeypatch):
     run = evaluation()
     run.result.correct = True
@@ -137,5 +175,9 @@ def test_a_cpu_evaluation_times_eager_in_rounds_between_the_candidates(tmp_path)
     assert result.passed, result.summary()
     assert len(result.env["timed_loop"]) == 3
     assert result.timing["eager"].samples == result.timing["candidate"].samples
+    assert len(result.timing_rounds) == 3
+    ratios = sorted(pair["eager_ms"] / pair["candidate_ms"] for pair in result.timing_rounds)
+    assert result.speedup_vs_eager == ratios[1]
+    assert Result.from_json(result.to_json()).timing_rounds == result.timing_rounds  # kept in the file
     cached = [json.loads(path.read_text()) for path in (tmp_path / "cache").rglob("*.json")]
     assert not [entry for entry in cached if entry.get("mode") == "eager"]
