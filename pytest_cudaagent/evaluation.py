@@ -47,7 +47,7 @@ from .timing.backend_settings import BackendSettings, diff
 from .timing.baseline_cache import BaselineCache
 from .timing.baseline_spread import steadiest, unstable_warning
 from .timing.locks import device_lock, device_work
-from .timing.timer import fresh_call_count
+from .timing.timer import fresh_call_count, timing_rounds
 from .workers import outside_kill, start_ahead
 from .workers.channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
 from .workers.reference_batch import KEEP_SET_BYTES, KeptReference, batch_key
@@ -230,10 +230,10 @@ class Evaluation:
         self.sandbox: Sandbox | None = None
         self.reference_host_transfers: frozenset[str] = frozenset()  # worker.audited_reference
         self._workers: dict[str, Worker] = {}  # by side, kept for their request times (Result.profile)
-        # The eager baseline's rounds between the candidate's (TimingConfig.timing_rounds), its
-        # replies kept for _time_baselines; None where it is timed after the candidate (cached).
-        self._interleaved: list[dict] | None = (
-            [] if "eager" in config.baselines and config.timing_config.timing_rounds > 1 else None)
+        # The eager baseline's rounds between the candidate's (TimingConfig.timing_rounds and
+        # host_bound_rounds), its replies kept for _time_baselines; None where there is no eager
+        # baseline to interleave, empty where it is timed after the candidate (cached).
+        self._interleaved: list[dict] | None = [] if "eager" in config.baselines else None
         self._candidate_rounds: list[list[float]] = []  # each round's timed samples (_paired_rounds)
         # Fresh sets asked of the reference ahead of the timing (_ask_fresh_sets_ahead).
         self._fresh_pending = False
@@ -911,14 +911,15 @@ class Evaluation:
         set_bytes = _set_bytes(warm_sets[0])
         timed_count = fresh_call_count(warm["per_call_ms"], set_bytes, timing, warm["device_ms"])
         samples: list[float] = []
-        for count in self._round_counts(timed_count):
+        counts = self._round_counts(timed_count, timing_rounds(warm["per_call_ms"], warm["device_ms"], timing))
+        for count in counts:
             reply, audit = self._timed_round(worker, reference_worker, warm, count)
             samples += reply["samples_ms"]
             self._candidate_rounds.append(reply["samples_ms"])
             if not self._ok_so_far():
                 break  # a verdict already: no more rounds
-            if self._interleaved is not None:
-                self._eager_round(reference_worker, count)
+            if len(counts) > 1:
+                self._eager_round(reference_worker, count, sum(reply["samples_ms"]))
         stats = TimingStats.from_samples(samples, warm["device_ms"], warm["launch_overlapped"])
         self.result.timing["candidate"] = stats
         if self.device == "cuda":
@@ -932,11 +933,11 @@ class Evaluation:
         timed too."""
         return list(range(self.config.trials, self._set_count()))
 
-    def _round_counts(self, timed_count: int) -> list[int]:
-        """The candidate's timed calls split into TimingConfig.timing_rounds rounds (one where
-        the eager baseline is not interleaved), each of at least min_samples // rounds calls and
-        two; the eager baseline's rounds take the same counts (_eager_round)."""
-        rounds = self.config.timing_config.timing_rounds if self._interleaved is not None else 1
+    def _round_counts(self, timed_count: int, rounds: int) -> list[int]:
+        """The candidate's timed calls split into `rounds` rounds (timer.timing_rounds; one where
+        there is no eager baseline to interleave), each of at least min_samples // rounds calls
+        and two; each eager round is timed right after its round (_eager_round)."""
+        rounds = rounds if self._interleaved is not None else 1
         floor = max(2, self.config.timing_config.min_samples // rounds)
         rounds = max(1, min(rounds, timed_count // floor))
         return [timed_count // rounds + (1 if index < timed_count % rounds else 0) for index in range(rounds)]
@@ -958,15 +959,17 @@ class Evaluation:
             self._add_violations([unaccounted])
         return reply, audit
 
-    def _eager_round(self, reference_worker: Worker, count: int) -> None:
-        """`count` calls of the eager baseline right after a round of the candidate's, under the
-        settings the candidate was timed under (TimingConfig.timing_rounds); _time_baselines
-        pools them."""
+    def _eager_round(self, reference_worker: Worker, count: int, round_ms: float) -> None:
+        """The eager baseline right after a round of the candidate's, under the settings the
+        candidate was timed under: `count` calls, fewer where eager is slower, so that its round
+        takes about the candidate's `round_ms` (a candidate 10x faster must not make eager's
+        rounds take ten times as long); _time_baselines pools them, _paired_rounds pairs them."""
         indices = self._warm_positions()
         settings = self.result.backend_settings["candidate"]
         with self._next_worker_paused("the eager baseline"):
             reply = self._phase("baselines", lambda: reference_worker.request(
-                ("baseline", "eager", indices, settings, count), self.config.run_timeout_s),
+                ("baseline", "eager", indices, settings, count, round_ms, not self._interleaved),
+                self.config.run_timeout_s),
                 worker=reference_worker, problem_side=True, record=False)
         self._interleaved.append(reply)
 

@@ -126,8 +126,9 @@ EVAL_OPTIONS: tuple[EvalOption, ...] = (
                "synchronise before each timed call, so the host's launch time is counted (default: hidden under "
                "the L2 flush when all work is on one stream)", sets=False),
     EvalOption("timing-rounds", "timing_config.timing_rounds",
-               "time the candidate and the eager baseline in N alternating rounds, each side's samples pooled "
-               "(eager then measured per evaluation, not cached; default 1: the candidate, then the baselines)",
+               "time the candidate and the eager baseline in N alternating rounds, the speedup the median of the "
+               "rounds' ratios (eager then measured per evaluation, not cached; default 1: the candidate, then the "
+               "baselines; a host-bound call on the GPU gets at least 10)",
                parse=_at_least_one, metavar="N"),
     EvalOption("fast-build", "fast_build",
                "build candidates through a shared precompiled torch/extension.h, made once per compiler, torch "

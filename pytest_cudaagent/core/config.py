@@ -103,15 +103,17 @@ class TimingConfig:
     min_samples: int = 10
     max_samples: int = 1000
     # The candidate's timed calls and the eager baseline's in this many alternating rounds
-    # (candidate, eager, candidate, eager, ...), each side's samples pooled, the eager baseline
-    # then measured for this evaluation alone (not read from the baseline cache, not written to
-    # it). Timed one after the other, seconds apart, both sides' medians move with the host in
-    # between: on the H100 machine a launch-bound call's host speed switches between two levels
-    # every second or so (docs/timing.md, "Host-bound calls"). 1: the candidate, then the
-    # baselines. Not the default anywhere yet: on the 2-core CPU box three rounds gave 49 and 49 of
-    # 53 identity candidates within 0.9-1.1 against 47-51 in one (#40), and on the GPU the
-    # candidate's worker would hold its device memory beside the baseline's (not yet measured).
+    # (candidate, eager, candidate, eager, ...), the speedup vs eager the median of the rounds'
+    # ratios (Result.timing_rounds), the eager baseline then measured for this evaluation alone
+    # (not read from the baseline cache, not written to it). Timed one after the other, seconds
+    # apart, both sides' medians move with the host in between: on the H100 machine a
+    # launch-bound call's host speed switches between two levels every second or so
+    # (docs/timing.md, "Host-bound calls"). 1: the candidate, then the baselines.
     timing_rounds: int = 1
+    # Rounds for a host-bound call (host_bound_ratio; on the GPU, where the device time is
+    # known). Level 3's identity candidates alone on the H100: 85% within 0.95-1.05 with five
+    # rounds and the rounds' ratios, 69% from the same runs' pooled medians, 56% in one round.
+    host_bound_rounds: int = 10
     # Input buffers the calls rotate through, so a small input cannot live in L2 across calls.
     # Baselines rotate this many content sets; a candidate's timed calls each get content never
     # seen before (memoising by pointer, call count or content then gives wrong outputs), and its

@@ -118,12 +118,26 @@ def _sample_count(per_call_ms: float, config: TimingConfig, sets: int) -> int:
     return rounds * sets
 
 
+def host_bound(per_call_ms: float, device_ms: float | None, config: TimingConfig) -> bool:
+    """A call whose wall time is host_bound_ratio times its device time or more (known on the
+    GPU only): its time is the host's, launching one small operator after another."""
+    return bool(config.host_bound_ratio is not None and device_ms and per_call_ms >= config.host_bound_ratio * device_ms)
+
+
 def repeat_budget_ms(per_call_ms: float, device_ms: float | None, config: TimingConfig) -> float:
-    """The time the timed calls may take: repeat_ms, or host_bound_repeat_ms for a call whose
-    wall time is host_bound_ratio times its device time or more (known on the GPU only)."""
-    if config.host_bound_ratio is not None and device_ms and per_call_ms >= config.host_bound_ratio * device_ms:
+    """The time the timed calls may take: repeat_ms, or host_bound_repeat_ms for a host-bound
+    call."""
+    if host_bound(per_call_ms, device_ms, config):
         return max(config.repeat_ms, config.host_bound_repeat_ms)
     return config.repeat_ms
+
+
+def timing_rounds(per_call_ms: float, device_ms: float | None, config: TimingConfig) -> int:
+    """How many alternating rounds the candidate's timed calls and the eager baseline's take:
+    timing_rounds, or host_bound_rounds for a host-bound call where that is more."""
+    if host_bound(per_call_ms, device_ms, config):
+        return max(config.timing_rounds, config.host_bound_rounds)
+    return config.timing_rounds
 
 
 def fresh_call_count(per_call_ms: float, set_bytes: int, config: TimingConfig, device_ms: float | None = None) -> int:

@@ -352,6 +352,10 @@ class ReferenceServer(RequestServer):
         self.lowered_by_run = diff(truth, configured)
         self.problem = None
         self.model = None  # the reference's model, built by prepare
+        # The eager baseline's warm-up and profile in its first round, for the rounds after it
+        # of an evaluation (timed_as_the_candidate): {(the called model, the set positions):
+        # (per-call ms, profile)}.
+        self._warmed_rounds: dict = {}
         self.sets: list[dict | None] = []  # the sets drawn: the trial sets first, then the warm-up sets (None: let go)
         self.seeds: list[int] = []  # each drawn set's seed, kept after the set is let go
         # The shared memory of sets let go (drop_sets), drawn into again: freeing a 12-16 GiB set
@@ -636,10 +640,12 @@ class ReferenceServer(RequestServer):
                         "detail": check.error, "outputs": under_run}
         return {"deterministic": True, "cause": None, "detail": None}
 
-    def handle_baseline(self, mode: str, set_indices: list[int], settings: dict, count: int | None = None) -> dict:
-        """`mode` timed by the candidate's loop (timed_as_the_candidate); `count` timed calls where
-        the evaluator asks for a round of the candidate's count (TimingConfig.timing_rounds),
-        else as many as fresh_call_count gives."""
+    def handle_baseline(self, mode: str, set_indices: list[int], settings: dict, count: int | None = None,
+                        round_ms: float | None = None, first_round: bool = True) -> dict:
+        """`mode` timed by the candidate's loop (timed_as_the_candidate); where the evaluator asks
+        for a round after one of the candidate's (timer.timing_rounds), `count` timed calls or as
+        many as fit the candidate's `round_ms` where that is fewer (never under two), warmed and
+        profiled in the evaluation's first round only; else as many as fresh_call_count gives."""
         import torch
 
         from ..timing.backend_settings import BackendSettings, applied, capture
@@ -656,12 +662,15 @@ class ReferenceServer(RequestServer):
         # torch.compile reads the settings when it compiles, inside the first timed-loop call.
         with applied(BackendSettings.from_dict(settings)), torch.no_grad(), device_lock(device, config.timing_config.quiet_wait_s) as hold:
             timed_under = capture().to_dict()
-            measurement = self.timed_as_the_candidate(timer, fn, set_indices, count)
+            if first_round:
+                self._warmed_rounds.clear()  # another evaluation's (a shared reference), or none
+            measurement = self.timed_as_the_candidate(timer, fn, set_indices, count, round_ms)
         return {"samples_ms": measurement.samples_ms, "device_ms": measurement.device_ms,
                 "launch_overlapped": measurement.launch_overlapped, "backend_settings": timed_under,
                 "quiet": hold.quiet, "beside": hold.beside}
 
-    def timed_as_the_candidate(self, timer, fn, set_indices: list[int], count: int | None = None):
+    def timed_as_the_candidate(self, timer, fn, set_indices: list[int], count: int | None = None,
+                               round_ms: float | None = None):
         """A baseline timed by the candidate's own loop, step for step (the candidate worker's
         warm, stage and time requests): warm-up and, on the GPU, the device-time profile on the
         warm-up sets; then as many calls as the candidate gets (timer.fresh_call_count), each
@@ -696,13 +705,24 @@ class ReferenceServer(RequestServer):
         def call_on(buffer: list):
             return lambda: fn(*buffer)
 
-        per_call_ms = timer.warm_up(call_on, buffers)
-        profiled = timer.profile(fn, buffers, lambda call: call(), per_call_ms)
+        # A round after the first (round_ms given) is neither warmed nor profiled again, as the
+        # candidate's rounds are not: its device time is the first round's, and a profile pass in
+        # each of ten rounds would cost more than the rounds.
+        warmed = self._warmed_rounds.get((fn, tuple(set_indices))) if round_ms is not None else None
+        if warmed is None:
+            per_call_ms = timer.warm_up(call_on, buffers)
+            profiled = timer.profile(fn, buffers, lambda call: call(), per_call_ms)
+            if round_ms is not None:
+                self._warmed_rounds[(fn, tuple(set_indices))] = (per_call_ms, profiled)
+        else:
+            per_call_ms, profiled = warmed
         overlap = timer.overlaps_launch(profiled)
         output_nbytes = [value.numel() * value.element_size() for value in tensors(chosen[0]["outputs"])]
         set_bytes = nbytes(chosen[0]["inputs"]) + sum(output_nbytes)
         if count is None:
             count = fresh_call_count(per_call_ms, set_bytes, timer.config, profiled.device_ms if profiled else None)
+        elif round_ms is not None:
+            count = max(2, min(count, int(round_ms / max(per_call_ms, 1e-3))))
         if device == "cpu":
             seeds = [_fresh_seed() for _ in range(count)]
             timed = [self.draw_inputs(seed) for seed in seeds]

@@ -47,8 +47,9 @@ class _Stop(Exception):
 @pytest.mark.parametrize(("device_ms", "wanted"), [(3.4, 50), (19.0, 10), (None, 10)])
 def test_the_candidates_timed_calls_follow_its_warm_up_device_time(monkeypatch, device_ms, wanted):
     """The evaluator counts the candidate's timed calls from its warm-up's call time and device
-    time, as the reference's worker counts its baseline's (ReferenceServer.timed_as_the_candidate)."""
-    config = EvalConfig(device="cpu", timing_config=TIMING)
+    time, as the reference's worker counts its baseline's (ReferenceServer.timed_as_the_candidate).
+    No eager baseline here, so that the calls are not split into rounds (test_timing_rounds.py)."""
+    config = EvalConfig(device="cpu", timing_config=TIMING, baselines=())
     run = Evaluation(PROBLEMS / "row_sum.py", check_candidate(CPU_CANDIDATES / "row_sum.py"), config, "cpu")
     counted = []
 

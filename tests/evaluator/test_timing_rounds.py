@@ -10,6 +10,7 @@ from pytest_cudaagent import EvalConfig, TimingConfig, evaluate
 from pytest_cudaagent.core.result import Result, TimingStats
 from pytest_cudaagent.core.files import check_candidate
 from pytest_cudaagent.evaluation import Evaluation
+from pytest_cudaagent.timing.timer import timing_rounds
 from tests.helpers import CPU_CANDIDATES, PROBLEMS
 
 TIMING = TimingConfig(repeat_ms=100, min_samples=10, max_samples=1000, timing_rounds=3)
@@ -20,11 +21,17 @@ def evaluation(timing: TimingConfig = TIMING, device: str = "cpu", baselines=("e
     return Evaluation(PROBLEMS / "row_sum.py", check_candidate(CPU_CANDIDATES / "row_sum.py"), config, device)
 
 
-def test_one_round_by_default_and_only_eager_is_interleaved():
-    assert TimingConfig().timing_rounds == 1
-    assert evaluation(TimingConfig())._interleaved is None
+def test_one_round_by_default_ten_for_a_host_bound_call_and_only_eager_is_interleaved():
+    default = TimingConfig()
+    assert default.timing_rounds == 1 and default.host_bound_rounds == 10
+    assert timing_rounds(1.0, 0.9, default) == 1  # its kernels' time
+    assert timing_rounds(1.0, None, default) == 1  # the CPU: no device time to compare with
+    assert timing_rounds(2.0, 0.5, default) == 10  # four times its device time: the host's
+    assert timing_rounds(2.0, 0.5, dataclasses.replace(default, timing_rounds=12)) == 12
+    assert timing_rounds(2.0, 0.5, dataclasses.replace(default, host_bound_ratio=None)) == 1
     assert evaluation()._interleaved == [] and evaluation(device="cuda")._interleaved == []
     assert evaluation(baselines=("compile",))._interleaved is None
+    assert evaluation(baselines=("compile",))._round_counts(50, 10) == [50]  # nothing to interleave
 
 
 def test_the_option_sets_the_rounds_and_refuses_fewer_than_one():
@@ -39,11 +46,12 @@ def test_the_option_sets_the_rounds_and_refuses_fewer_than_one():
 
 def test_the_candidates_calls_split_into_rounds_of_at_least_a_third_of_min_samples():
     run = evaluation()
-    assert run._round_counts(50) == [17, 17, 16]
-    assert run._round_counts(10) == [4, 3, 3]
-    assert run._round_counts(5) == [5]  # too few calls to split into rounds of three
-    assert sum(run._round_counts(1000)) == 1000
-    assert evaluation(dataclasses.replace(TIMING, timing_rounds=1))._round_counts(50) == [50]
+    assert run._round_counts(50, 3) == [17, 17, 16]
+    assert run._round_counts(10, 3) == [4, 3, 3]
+    assert run._round_counts(5, 3) == [5]  # too few calls to split into rounds of three
+    assert sum(run._round_counts(1000, 3)) == 1000
+    assert run._round_counts(50, 1) == [50]
+    assert run._round_counts(50, 10) == [5] * 10  # rounds of at least two
 
 
 class Reference:
@@ -53,7 +61,7 @@ class Reference:
         self.log, self.settings, self.speeds_ms = log, settings, list(speeds_ms)
 
     def request(self, message: tuple, timeout_s: float) -> dict:
-        self.log.append(message[:2] + message[4:])
+        self.log.append(message[:2] + message[4:5] + message[6:7])  # request, mode, count, first round
         count = message[4] if len(message) > 4 else 10
         per_call_ms = self.speeds_ms.pop(0) if self.speeds_ms else 2.0
         return {"samples_ms": [per_call_ms] * count, "device_ms": None, "launch_overlapped": False,
@@ -61,11 +69,15 @@ class Reference:
 
 
 class Candidate:
-    """The candidate's worker: answers the warm-up with a 2 ms call (50 timed calls of 100 ms)."""
+    """The candidate's worker: answers the warm-up with a 2 ms call (50 timed calls of 100 ms),
+    its kernels' time `device_ms` (None: the CPU)."""
+
+    def __init__(self, device_ms: float | None = None):
+        self.device_ms = device_ms
 
     def request(self, message: tuple, timeout_s: float) -> dict:
         assert message[0] == "warm"
-        return {"per_call_ms": 2.0, "device_ms": None, "device_busy_ms": None, "kernel_names": [],
+        return {"per_call_ms": 2.0, "device_ms": self.device_ms, "device_busy_ms": None, "kernel_names": [],
                 "own_kernel_names": [], "launch_overlapped": False, "findings": [], "precision": []}
 
 
@@ -94,8 +106,8 @@ def test_candidate_and_eager_rounds_alternate_and_each_side_pools_its_samples(mo
     monkeypatch.setattr(run, "_set_count", lambda: run.config.trials + 3)
     reference = Reference(log, settings)
     run._time_candidate(Candidate(), reference, [{"inputs": [], "outputs": []}])
-    assert log == [("time", 17), ("baseline", "eager", 17), ("time", 17), ("baseline", "eager", 17),
-                   ("time", 16), ("baseline", "eager", 16)]
+    assert log == [("time", 17), ("baseline", "eager", 17, True), ("time", 17), ("baseline", "eager", 17, False),
+                   ("time", 16), ("baseline", "eager", 16, False)]
     run._time_baselines(reference)
     assert len(log) == 6  # the eager baseline is not measured again after the candidate
     assert run.result.timing["candidate"].samples == run.result.timing["eager"].samples == 50
@@ -139,6 +151,30 @@ def test_with_one_round_the_speedup_is_the_ratio_of_the_medians_and_no_rounds_ar
     assert run.result.speedup_vs_eager == 1.5 and run.result.timing_rounds == []
 
 
+def test_a_host_bound_call_is_timed_in_ten_rounds_and_a_device_bound_one_in_one(monkeypatch):
+    """With the default one round, a call whose wall time is four times its kernels' (2 ms
+    against 0.5) gets host_bound_rounds; one at its kernels' time stays in one round, its eager
+    baseline timed after it (and cached)."""
+    for device_ms, expected in ((0.5, 10), (1.9, 1)):
+        run = evaluation(dataclasses.replace(TIMING, timing_rounds=1, host_bound_repeat_ms=100), device="cuda")
+        run.result.correct = True
+        run.result.backend_settings["candidate"] = {}
+        monkeypatch.setattr(run, "_set_count", lambda: run.config.trials + 3)
+        monkeypatch.setattr(run, "_check_kernels", lambda warm: None)
+        monkeypatch.setattr(run, "_check_busy_time", lambda median, busy: None)
+        log: list = []
+
+        def timed_request(worker, reference_worker, warm, count, log=log):
+            log.append(("time", count))
+            return {"samples_ms": [2.0] * count}, {"audited_ms": 1.0}, [], [], None
+
+        time_with(run, monkeypatch, timed_request)
+        run._time_candidate(Candidate(device_ms), Reference(log, {}), [{"inputs": [], "outputs": []}])
+        assert sum(entry[0] == "time" for entry in log) == expected
+        assert sum(entry[0] == "baseline" for entry in log) == (expected if expected > 1 else 0)
+        assert len(run._interleaved) == (expected if expected > 1 else 0)
+
+
 def test_a_verdict_in_a_round_ends_the_rounds(monkeypatch):
     run = evaluation()
     run.result.correct = True
@@ -174,10 +210,56 @@ def test_a_cpu_evaluation_times_eager_in_rounds_between_the_candidates(tmp_path)
     result = evaluate(PROBLEMS / "leaky_relu.py", CPU_CANDIDATES / "leaky_relu.py", config)
     assert result.passed, result.summary()
     assert len(result.env["timed_loop"]) == 3
-    assert result.timing["eager"].samples == result.timing["candidate"].samples
+    # As many as the candidate's or, where eager ran slower, as many as fit its rounds' time.
+    assert 6 <= result.timing["eager"].samples <= result.timing["candidate"].samples
     assert len(result.timing_rounds) == 3
     ratios = sorted(pair["eager_ms"] / pair["candidate_ms"] for pair in result.timing_rounds)
     assert result.speedup_vs_eager == ratios[1]
     assert Result.from_json(result.to_json()).timing_rounds == result.timing_rounds  # kept in the file
     cached = [json.loads(path.read_text()) for path in (tmp_path / "cache").rglob("*.json")]
     assert not [entry for entry in cached if entry.get("mode") == "eager"]
+
+
+class SlowEager:
+    """The reference's side of timed_as_the_candidate on the CPU: one set, a 2 ms call."""
+
+    device = "cpu"
+
+    def __init__(self):
+        import torch
+
+        self.sets = [{"inputs": [torch.ones(4)], "outputs": [torch.ones(4)]}]
+        self._warmed_rounds: dict = {}
+
+    def draw_inputs(self, seed: int) -> list:
+        import torch
+
+        return [torch.ones(4)]
+
+
+def test_an_eager_round_fits_the_candidates_round_time_and_is_warmed_once(monkeypatch):
+    """A candidate faster than eager: eager's round takes as many calls as fit the candidate's
+    round time (never under two), not the candidate's count; its warm-up and profile run in the
+    evaluation's first round only."""
+    import time as clock
+
+    from pytest_cudaagent.timing.timer import Clock, Timer
+    from pytest_cudaagent.workers.worker import ReferenceServer
+
+    def eager(x):
+        clock.sleep(0.002)
+        return x
+
+    side = SlowEager()
+    timer = Timer(Clock("cpu"), TimingConfig(warmup_ms=10))
+    warm_ups: list = []
+    warm_up = timer.warm_up
+    monkeypatch.setattr(timer, "warm_up", lambda *args: warm_ups.append(1) or warm_up(*args))
+    first = ReferenceServer.timed_as_the_candidate(side, timer, eager, [0], count=50, round_ms=20.0)
+    assert 2 <= len(first.samples_ms) <= 10  # 20 ms of 2 ms calls, not 50 of them
+    assert ReferenceServer.timed_as_the_candidate(side, timer, eager, [0], count=50, round_ms=1.0).samples_ms
+    assert len(ReferenceServer.timed_as_the_candidate(side, timer, eager, [0], count=50, round_ms=1.0).samples_ms) == 2
+    assert len(warm_ups) == 1  # the later rounds reuse the first's
+    assert len(ReferenceServer.timed_as_the_candidate(side, timer, eager, [0], count=3, round_ms=1000.0).samples_ms) == 3
+    assert len(ReferenceServer.timed_as_the_candidate(side, timer, eager, [0], count=None).samples_ms) >= 10
+    assert len(warm_ups) == 2  # no round: warmed as ever
