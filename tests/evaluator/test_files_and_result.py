@@ -68,6 +68,9 @@ def test_result_rejects_unknown_status():
 def test_timing_stats_median_and_iqr():
     stats = TimingStats.from_samples([1.0, 2.0, 3.0, 4.0, 100.0])
     assert stats.median_ms == 3.0 and stats.samples == 5 and stats.iqr_ms > 0
+    assert stats.fast_ms == pytest.approx(1.4)  # the lower decile: 1.0 + 0.4 of the way to 2.0
+    assert TimingStats.from_samples([2.5]).fast_ms == 2.5
+    assert TimingStats.from_samples([float(n) for n in range(1, 101)]).fast_ms == pytest.approx(10.9)
 
 
 @pytest.mark.parametrize(("passed", "eager", "compile_", "expected"), [
