@@ -289,15 +289,24 @@ def bench_speedups(results: Path) -> list[dict]:
                      "candidate_ms": result.timing["candidate"].median_ms if "candidate" in result.timing else None,
                      "eager_ms": result.timing["eager"].median_ms if "eager" in result.timing else None,
                      "unstable": any(w.rule == "unstable_baseline" for w in result.warnings),
-                     "rounds": len(result.timing_rounds)})
+                     "rounds": len(result.timing_rounds),
+                     "rounds_ratio": statistics.median(pair["eager_ms"] / pair["candidate_ms"]
+                                                       for pair in result.timing_rounds) if result.timing_rounds else None})
     return rows
 
 
 def pooled_rows(rows: list[dict]) -> list[dict]:
     """Rows timed in rounds with the speedup their pooled medians give (eager's over the
-    candidate's), beside the median of the rounds' ratios that the Result reports: what the
-    paired estimator changed."""
+    candidate's), beside the lower deciles' ratio that the Result reports: what that estimator
+    changed."""
     return [{**row, "speedup": row["eager_ms"] / row["candidate_ms"] if row["speedup"] else None}
+            for row in rows if row.get("rounds", 0) > 1]
+
+
+def rounds_ratio_rows(rows: list[dict]) -> list[dict]:
+    """Rows timed in rounds with the median of their rounds' ratios as the speedup (each round's
+    eager median over its candidate median): the estimator tried before the lower deciles."""
+    return [{**row, "speedup": row["rounds_ratio"] if row["speedup"] else None}
             for row in rows if row.get("rounds", 0) > 1]
 
 
@@ -397,9 +406,9 @@ def report(args) -> int:
         source = out / ("kernelbench.jsonl" if method == "kernelbench" else f"{method}/results.jsonl")
         if source.exists():
             rows_by_method[method] = (kernelbench_speedups if method == "kernelbench" else bench_speedups)(source)
-            pooled = pooled_rows(rows_by_method[method]) if method != "kernelbench" else []
-            if pooled:
-                rows_by_method[f"{method}, pooled medians"] = pooled
+            if method != "kernelbench" and pooled_rows(rows_by_method[method]):
+                rows_by_method[f"{method}, pooled medians"] = pooled_rows(rows_by_method[method])
+                rows_by_method[f"{method}, rounds' ratios"] = rounds_ratio_rows(rows_by_method[method])
     if not rows_by_method:
         print(f"identity_speed report: nothing under {out} yet (run alone, batched or kernelbench first)",
               file=sys.stderr)

@@ -1163,7 +1163,7 @@ class Evaluation:
                 # Timed in rounds between the candidate's (_eager_round): this evaluation's own,
                 # neither read from the cache nor written to it.
                 stats = self.result.timing[mode] = stats_of(mode, self._interleaved)
-                warning = unstable_warning(mode, stats, spread_rules) if spread_bound is not None else None
+                warning = unstable_warning(mode, stats, spread_rules, in_rounds=True) if spread_bound is not None else None
                 if warning:
                     self._add_warnings([warning])
                 continue

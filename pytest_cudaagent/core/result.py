@@ -49,6 +49,9 @@ class TimingStats:
     # The samples' lower decile: what a host-bound call takes while the host is not slowed by
     # anything else (the speedup of an evaluation timed in rounds divides these, Result.timing_rounds).
     fast_ms: float | None = None
+    # The 5th to the 20th percentile's span: how steady the samples are around the lower decile
+    # (baseline_spread: a baseline timed in rounds is unstable when this is wide).
+    fast_spread_ms: float | None = None
 
     @classmethod
     def from_samples(cls, samples_ms: list[float], device_ms: float | None = None,
@@ -61,8 +64,12 @@ class TimingStats:
             iqr = quartiles[2] - quartiles[0]
         else:
             iqr = ordered[-1] - ordered[0]
-        fast = statistics.quantiles(ordered, n=10, method="inclusive")[0] if len(ordered) >= 2 else ordered[0]
-        return cls(statistics.median(ordered), iqr, len(ordered), device_ms, launch_overlapped, fast)
+        if len(ordered) >= 2:
+            twentieths = statistics.quantiles(ordered, n=20, method="inclusive")
+            fast, fast_spread = statistics.quantiles(ordered, n=10, method="inclusive")[0], twentieths[3] - twentieths[0]
+        else:
+            fast, fast_spread = ordered[0], 0.0
+        return cls(statistics.median(ordered), iqr, len(ordered), device_ms, launch_overlapped, fast, fast_spread)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from experiments.identity_speed import (
     kernelbench_speedups,
     main,
     pooled_rows,
+    rounds_ratio_rows,
     summarise,
 )
 
@@ -114,8 +115,8 @@ def test_the_report_puts_the_three_timings_side_by_side_per_level(tmp_path):
 
 
 def test_rows_timed_in_rounds_are_reported_again_with_their_pooled_medians(tmp_path):
-    """The Result's speedup of a run in rounds is the median of the rounds' ratios; the report
-    shows the pooled medians' ratio beside it, for the rows that had rounds only."""
+    """The report shows, for the rows timed in rounds only, the pooled medians' ratio and the
+    median of the rounds' ratios beside the Result's speedup (the lower deciles' ratio)."""
     problem = str(tmp_path / "KernelBench" / "level3" / "1_A.py")
     in_rounds = fake_result(problem, "level_3_problem_1_sample_0_kernel.py", candidate_ms=1.0, eager_ms=1.5,
                             compile_ms=None)
@@ -128,6 +129,8 @@ def test_rows_timed_in_rounds_are_reported_again_with_their_pooled_medians(tmp_p
     assert [row["speedup"] for row in rows] == [1.0, 1.0] and [row["rounds"] for row in rows] == [3, 0]
     pooled = pooled_rows(rows)
     assert len(pooled) == 1 and pooled[0]["speedup"] == 1.5
+    paired = rounds_ratio_rows(rows)
+    assert len(paired) == 1 and paired[0]["speedup"] == 1.0  # ratios 1.0, 1.0, 1.5
 
 
 def test_the_cpu_table_takes_the_median_of_the_repeats():

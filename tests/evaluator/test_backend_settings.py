@@ -162,6 +162,20 @@ def test_a_baseline_that_stays_wide_is_flagged_with_mode_median_and_iqr():
     assert f"IQR {kept.iqr_ms:.4g} ms" in warning.detail
 
 
+def test_a_baseline_timed_in_rounds_is_judged_by_how_steady_its_lower_decile_is():
+    """A launch-bound eager baseline on a host of two speeds (a third of its calls at 2 ms, the
+    rest at 3 ms): the IQR is a third of the median, but the speedup divides lower deciles and
+    the calls around its lower decile agree, so in rounds it is not flagged; where the fast
+    calls are too few to hold the decile still, it is."""
+    two_speeds = TimingStats.from_samples([2.0, 2.01, 1.99, 2.0] * 10 + [3.0, 3.02, 2.98, 3.0] * 20)
+    timing = TimingConfig()
+    assert unstable_warning("eager", two_speeds, timing) is not None  # one round: the IQR
+    assert unstable_warning("eager", two_speeds, timing, in_rounds=True) is None
+    rare_fast = TimingStats.from_samples([1.0] * 6 + [2.0] * 6 + [3.0] * 88)
+    warning = unstable_warning("eager", rare_fast, timing, in_rounds=True)
+    assert warning.rule == "unstable_baseline" and "lower decile" in warning.detail
+
+
 class FakeReferenceWorker:
     """Answers `baseline` requests with the given samples and records the settings asked for."""
 
