@@ -1158,12 +1158,15 @@ class Evaluation:
             return stats_of(mode, [reply])
 
         beside_other_work: set[str] = set()  # not cached: the next evaluation measures it again
+        # A candidate timed in rounds gets its speedups from lower deciles (_speedups): every
+        # baseline's steadiness is then judged there too (baseline_spread.relative_spread).
+        in_rounds = len(self._candidate_rounds) > 1
         for mode in self.config.baselines:
             if mode == "eager" and self._interleaved:
                 # Timed in rounds between the candidate's (_eager_round): this evaluation's own,
                 # neither read from the cache nor written to it.
                 stats = self.result.timing[mode] = stats_of(mode, self._interleaved)
-                warning = unstable_warning(mode, stats, spread_rules, in_rounds=True) if spread_bound is not None else None
+                warning = unstable_warning(mode, stats, spread_rules, in_rounds) if spread_bound is not None else None
                 if warning:
                     self._add_warnings([warning])
                 continue
@@ -1173,12 +1176,12 @@ class Evaluation:
                 self.result.warnings += [Violation("baseline_cache", reason) for reason in cache.rejected]
                 cache.rejected.clear()
                 if stats is None:
-                    stats = (steadiest(lambda mode=mode: measure(mode), spread_rules) if spread_bound is not None
-                             else measure(mode))
+                    stats = (steadiest(lambda mode=mode: measure(mode), spread_rules, in_rounds)
+                             if spread_bound is not None else measure(mode))
                     if mode not in beside_other_work:
                         cache.put(key, stats, self.problem, self.device, mode, settings)
             self.result.timing[mode] = stats
-            warning = unstable_warning(mode, stats, spread_rules) if spread_bound is not None else None
+            warning = unstable_warning(mode, stats, spread_rules, in_rounds) if spread_bound is not None else None
             if warning:
                 self._add_warnings([warning])
 
@@ -1292,14 +1295,21 @@ class Evaluation:
         candidate = result.timing.get("candidate")
         if not result.passed or candidate is None:
             return
+        result.timing_rounds = self._paired_rounds()
+
+        def over_candidate(mode: str) -> float:
+            """The baseline's time over the candidate's: their medians, or where the candidate
+            was timed in rounds (a host-bound call) their lower deciles, for every baseline
+            alike (_paired_rounds says why)."""
+            baseline = result.timing[mode]
+            if result.timing_rounds and baseline.fast_ms and candidate.fast_ms:
+                return baseline.fast_ms / candidate.fast_ms
+            return baseline.median_ms / candidate.median_ms
+
         if "eager" in result.timing:
-            result.speedup_vs_eager = result.timing["eager"].median_ms / candidate.median_ms
-            result.timing_rounds = self._paired_rounds()
-            eager = result.timing["eager"]
-            if result.timing_rounds and eager.fast_ms and candidate.fast_ms:
-                result.speedup_vs_eager = eager.fast_ms / candidate.fast_ms
+            result.speedup_vs_eager = over_candidate("eager")
         if "compile" in result.timing:
-            result.speedup_vs_compile = result.timing["compile"].median_ms / candidate.median_ms
+            result.speedup_vs_compile = over_candidate("compile")
         measured = [s for s in (result.speedup_vs_eager, result.speedup_vs_compile) if s is not None]
         best = max(measured, default=None)
         if best is not None and best > self.config.plausible_speedup:

@@ -15,9 +15,9 @@ RULE = "unstable_baseline"  # a contract: the leaderboard leaves these rows out 
 
 
 def relative_spread(stats: TimingStats, in_rounds: bool = False) -> float:
-    """The IQR over the median; for a baseline timed in rounds, whose speedup divides lower
-    deciles (Evaluation._paired_rounds), the span of its 5th to 20th percentile over the lower
-    decile: a host that switches between two speeds widens the IQR of every launch-bound call,
+    """The IQR over the median; for a baseline of a candidate timed in rounds, whose speedups
+    divide lower deciles (Evaluation._speedups), the span of its 5th to 20th percentile over the
+    lower decile: a host that switches between two speeds widens the IQR of every launch-bound call,
     and what the speedup needs is that the fast host's time holds still."""
     if in_rounds and stats.fast_ms and stats.fast_spread_ms is not None:
         return stats.fast_spread_ms / stats.fast_ms
@@ -28,15 +28,15 @@ def is_unstable(stats: TimingStats, timing: TimingConfig, in_rounds: bool = Fals
     return relative_spread(stats, in_rounds) > timing.unstable_spread
 
 
-def steadiest(measure: Callable[[], TimingStats], timing: TimingConfig) -> TimingStats:
+def steadiest(measure: Callable[[], TimingStats], timing: TimingConfig, in_rounds: bool = False) -> TimingStats:
     """`measure()` once, and again (up to `timing.baseline_remeasures` more times) while the
-    spread is too wide; the measurement with the narrowest spread is kept."""
+    spread (relative_spread) is too wide; the measurement with the narrowest spread is kept."""
     best = measure()
     for _ in range(timing.baseline_remeasures):
-        if not is_unstable(best, timing):
+        if not is_unstable(best, timing, in_rounds):
             break
         again = measure()
-        if relative_spread(again) < relative_spread(best):
+        if relative_spread(again, in_rounds) < relative_spread(best, in_rounds):
             best = again
     return best
 

@@ -178,6 +178,25 @@ def test_a_host_bound_call_is_timed_in_ten_rounds_and_a_device_bound_one_in_one(
         assert len(run._interleaved) == (expected if expected > 1 else 0)
 
 
+def test_in_rounds_the_compile_speedup_divides_lower_deciles_too():
+    """The compile baseline is timed after the candidate in one window, but a candidate timed
+    in rounds is a host-bound one: its speedup over compile divides lower deciles as eager's
+    does, not its pooled median (which met the slow host more) by compile's."""
+    run = evaluation(baselines=("eager", "compile"))
+    run.result.passed = True
+    candidate = TimingStats.from_samples([1.0] * 4 + [1.6] * 16)  # median 1.6, lower decile 1.0
+    compile_ = TimingStats.from_samples([0.5] * 10 + [0.8] * 10)  # median 0.65, lower decile 0.5
+    eager = TimingStats.from_samples([1.0] * 20)
+    run.result.timing = {"candidate": candidate, "eager": eager, "compile": compile_}
+    run._candidate_rounds = [[1.0] * 4 + [1.6] * 6, [1.6] * 10]
+    run._interleaved = [{"samples_ms": [1.0] * 10}, {"samples_ms": [1.0] * 10}]
+    run._speedups()
+    assert run.result.speedup_vs_compile == 0.5 and run.result.speedup_vs_eager == 1.0
+    run._candidate_rounds, run._interleaved = [[1.0] * 20], []  # one round: the medians
+    run._speedups()
+    assert run.result.speedup_vs_compile == 0.65 / 1.6 and run.result.speedup_vs_eager == 1.0 / 1.6
+
+
 def test_a_verdict_in_a_round_ends_the_rounds(monkeypatch):
     run = evaluation()
     run.result.correct = True
