@@ -126,8 +126,8 @@ EVAL_OPTIONS: tuple[EvalOption, ...] = (
                "synchronise before each timed call, so the host's launch time is counted (default: hidden under "
                "the L2 flush when all work is on one stream)", sets=False),
     EvalOption("timing-rounds", "timing_config.timing_rounds",
-               "time the candidate and the eager baseline in N alternating rounds, the speedup the median of the "
-               "rounds' ratios (eager then measured per evaluation, not cached; default 1: the candidate, then the "
+               "time the candidate and the eager baseline in N alternating rounds, the speedups then the ratio of "
+               "lower deciles (eager then measured per evaluation, not cached; default 1: the candidate, then the "
                "baselines; a host-bound call on the GPU gets at least 10)",
                parse=_at_least_one, metavar="N"),
     EvalOption("fast-build", "fast_build",

@@ -103,19 +103,21 @@ class TimingConfig:
     min_samples: int = 10
     max_samples: int = 1000
     # The candidate's timed calls and the eager baseline's in this many alternating rounds
-    # (candidate, eager, candidate, eager, ...), the speedup vs eager the median of the rounds'
-    # ratios (Result.timing_rounds), the eager baseline then measured for this evaluation alone
-    # (not read from the baseline cache, not written to it). Timed one after the other, seconds
-    # apart, both sides' medians move with the host in between: on the H100 machine a
-    # launch-bound call's host speed switches between two levels every second or so
-    # (docs/timing.md, "Host-bound calls"). 1: the candidate, then the baselines.
+    # (candidate, eager, candidate, eager, ...), the speedups then the ratio of lower deciles
+    # (TimingStats.fast_ms; Evaluation._paired_rounds says why), the eager baseline measured for
+    # this evaluation alone (not read from the baseline cache, not written to it). Timed one
+    # after the other, seconds apart, both sides' medians move with the host in between: on the
+    # H100 machine a launch-bound call's host speed switches between two levels within a
+    # fraction of a second (docs/timing.md, "Host-bound calls"). 1: the candidate, then the
+    # baselines.
     timing_rounds: int = 1
     # Rounds for a host-bound call (host_bound_ratio; on the GPU, where the device time is
-    # known), its speedup then the ratio of the sides' lower deciles (Evaluation._paired_rounds).
-    # Level 3's identity candidates alone on the H100: 56% within 0.95-1.05 in one round; in
-    # rounds 64-85% from the median of the rounds' ratios, 17-69% from their pooled medians.
-    # 1.5 and not 2: EfficientNetB0 (1.9x its device time) and LSTMBidirectional (1.7x) missed
-    # in one round (1.11, 1.12).
+    # known). Level 3's identity candidates on the H100: 56% within 0.95-1.05 alone in one round,
+    # 92% alone and 86% batched with rounds (of the rows in rounds, alone and batched: 6 of 7 and
+    # 4 of 6 from lower deciles, 6 and 2 from the median of the rounds' ratios, 3 and 2 from
+    # pooled medians). 1.5 (host_bound_ratio) and not 2:
+    # EfficientNetB0 (1.9x its device time) and LSTMBidirectional (1.7x) read 1.11 and 1.12 in
+    # one round.
     host_bound_rounds: int = 10
     # Input buffers the calls rotate through, so a small input cannot live in L2 across calls.
     # Baselines rotate this many content sets; a candidate's timed calls each get content never
