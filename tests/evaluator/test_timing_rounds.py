@@ -197,6 +197,45 @@ def test_in_rounds_the_compile_speedup_divides_lower_deciles_too():
     assert run.result.speedup_vs_compile == 0.65 / 1.6 and run.result.speedup_vs_eager == 1.0 / 1.6
 
 
+def test_a_stateful_references_speedups_keep_the_medians():
+    """A stateful reference's timed outputs are not compared (an RNN's self.hidden): there a
+    call that skipped its work one time in five would set the lower decile, so in rounds its
+    speedups stay the medians' ratio."""
+    run = evaluation()
+    run.result.passed = True
+    run.result.stateful_reference = True
+    skipping = TimingStats.from_samples([0.1] * 5 + [2.0] * 15)  # fast where it skipped its work
+    run.result.timing = {"candidate": skipping, "eager": TimingStats.from_samples([2.0] * 20)}
+    run._candidate_rounds = [[0.1] * 5 + [2.0] * 5, [2.0] * 10]
+    run._interleaved = [{"samples_ms": [2.0] * 10}, {"samples_ms": [2.0] * 10}]
+    run._speedups()
+    assert run.result.speedup_vs_eager == 1.0 and len(run.result.timing_rounds) == 2
+    run.result.stateful_reference = False
+    run._speedups()
+    assert run.result.speedup_vs_eager > 10  # compared outputs: the decile is the candidate's own
+
+
+def test_in_rounds_the_busy_time_check_holds_the_lower_decile(monkeypatch):
+    """A candidate whose timed calls beat its kernels' busy time one time in five (a path that
+    runs only unwatched) sets the lower decile the speedup divides: the GPU's consistency check
+    holds that decile, not the median, to the busy time."""
+    run = evaluation(dataclasses.replace(TIMING, timing_rounds=1, host_bound_repeat_ms=100), device="cuda")
+    run.result.correct = True
+    run.result.backend_settings["candidate"] = {}
+    checked: list = []
+    monkeypatch.setattr(run, "_set_count", lambda: run.config.trials + 3)
+    monkeypatch.setattr(run, "_check_kernels", lambda warm: None)
+    monkeypatch.setattr(run, "_check_busy_time", lambda timed_ms, busy: checked.append(timed_ms))
+
+    def timed_request(worker, reference_worker, warm, count):
+        return {"samples_ms": [0.1] + [2.0] * (count - 1)}, {"audited_ms": 1.0}, [], [], None
+
+    time_with(run, monkeypatch, timed_request)
+    run._time_candidate(Candidate(device_ms=0.5), Reference([], {}), [{"inputs": [], "outputs": []}])
+    assert len(run._candidate_rounds) == 10
+    assert checked == [run.result.timing["candidate"].fast_ms] and checked[0] < 2.0
+
+
 def test_a_verdict_in_a_round_ends_the_rounds(monkeypatch):
     run = evaluation()
     run.result.correct = True
