@@ -190,7 +190,8 @@ run_section() {
     # #40: launch-bound published-style cases, ours against KernelBench's own timing.
     speed-fidelity-launch-bound) python3 -m experiments.speed_fidelity --kernelbench "${KERNELBENCH:-.kernelbench}" \
                                    --pairs experiments/speed_fidelity_cases/launch_bound/pairs.json \
-                                   --policy calibration --json "$OUT/speed_fidelity_launch_bound.json" ;;
+                                   --policy calibration --repeats "${FIDELITY_REPEATS:-3}" \
+                                   --json "$OUT/speed_fidelity_launch_bound.json" ;;
     # #40: what the candidate's timed path adds per operator over eager's on level 3's launch-bound outliers,
     # per policy and with the guard on timed calls / no sandbox / no device-time profile / no reserved CPUs.
     timed-path) for problem in 15_DenseNet121 34_VanillaRNNHidden; do

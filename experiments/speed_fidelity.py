@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import multiprocessing
+import statistics
 import sys
 from pathlib import Path
 
@@ -76,20 +77,48 @@ def time_with_ours(problem: Path, candidate: Path, backend: str, policy: str = "
             "unstable_baseline": "; ".join(unstable)}
 
 
+def median_of_runs(runs: list[dict], side: str) -> dict:
+    """One side's runs of a pair as one row part: each time's median, the speedup's range over
+    the runs (`<side>_speedup_range`), and the first run's other fields; the first error if any
+    run failed."""
+    failed = next((run for run in runs if "error" in run), None)
+    if failed is not None:
+        return failed
+    row = dict(runs[0])
+    for key in (f"{side}_ms", f"{side}_eager_ms", f"{side}_speedup"):
+        row[key] = statistics.median(run[key] for run in runs)
+    speedups = [run[f"{side}_speedup"] for run in runs]
+    row[f"{side}_speedup_range"] = f"{min(speedups):.3f}-{max(speedups):.3f}"
+    return row
+
+
 def compare(pairs: list[tuple[Path, Path]], checkout: Path, backend: str, timeout_s: float,
-            policy: str = "permissive") -> pd.DataFrame:
+            policy: str = "permissive", repeats: int = 1) -> pd.DataFrame:
+    """Each pair timed `repeats` times by each side, the sides alternating (ours, KernelBench's,
+    ours, ...: the host's speed drifts over minutes), each side's speedup the median of its runs.
+    KernelBench's eager time of one small problem moved 1.4-3.8x between its runs on the H100
+    (ninth session), so one run of it is not a reading to hold ours to."""
     rows = []
     for problem, candidate in pairs:
         row = {"problem": problem.name, "candidate": str(candidate)}
-        row.update(time_with_ours(problem, candidate, backend, policy))
-        row.update(time_with_kernelbench(checkout, problem, candidate, timeout_s) if "error" not in row else {})
+        ours_runs, kernelbench_runs = [], []
+        for _ in range(repeats):
+            ours_runs.append(time_with_ours(problem, candidate, backend, policy))
+            if "error" in ours_runs[-1]:
+                break
+            kernelbench_runs.append(time_with_kernelbench(checkout, problem, candidate, timeout_s))
+            if "error" in kernelbench_runs[-1]:
+                break
+        row.update(median_of_runs(ours_runs, "ours"))
+        row.update(median_of_runs(kernelbench_runs, "kernelbench") if "error" not in row else {})
         if "ours_speedup" in row and "kernelbench_speedup" in row:
             row["ratio"] = row["ours_speedup"] / row["kernelbench_speedup"]
             row["outside_band"] = not AGREEMENT_BAND[0] <= row["ratio"] <= AGREEMENT_BAND[1]
         rows.append(row)
         # Each row whole as it ends: a run cut short by a time-limited device still shows what it had.
         shown = {key: row[key] for key in ("ours_speedup", "kernelbench_speedup", "ratio", "ours_ms", "ours_eager_ms",
-                                           "kernelbench_ms", "kernelbench_eager_ms", "error") if key in row}
+                                           "kernelbench_ms", "kernelbench_eager_ms", "ours_speedup_range",
+                                           "kernelbench_speedup_range", "error") if key in row}
         print(f"{problem.name} / {candidate.name}: {json.dumps(shown, default=str)}", flush=True)
     return pd.DataFrame(rows)
 
@@ -125,8 +154,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="ours: permissive (KernelBench's rules); calibration also passes a candidate that runs "
                              "no kernel of its own (an exact eager forward, the identity set)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for one KernelBench eval")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="time each pair this many times on each side, alternating; each side's speedup is the "
+                             "median of its runs")
     parser.add_argument("--json", help="write the rows and the summary to this file")
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be 1 or more")
     import torch
 
     if not torch.cuda.is_available():
@@ -143,9 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     if not pairs or missing:
         print(f"speed_fidelity: give --pair PROBLEM CANDIDATE or --pairs FILE; missing: {missing}", file=sys.stderr)
         return 2
-    frame = compare(pairs, checkout, args.backend, args.timeout, args.policy)
+    frame = compare(pairs, checkout, args.backend, args.timeout, args.policy, args.repeats)
     columns = [c for c in ("problem", "candidate", "ours_speedup", "kernelbench_speedup", "ratio", "outside_band",
-                           "ours_eager_ms", "kernelbench_eager_ms", "settings_changed", "unstable_baseline", "error")
+                           "ours_speedup_range", "kernelbench_speedup_range", "ours_eager_ms", "kernelbench_eager_ms", "settings_changed", "unstable_baseline", "error")
                if c in frame]
     print(frame[columns].to_markdown(index=False, floatfmt=".3f"))
     totals = summary(frame)

@@ -101,6 +101,11 @@ class TimingConfig:
     host_bound_ratio: float | None = 1.5
     host_bound_repeat_ms: float = 1000.0
     min_samples: int = 10
+    # At least this many timed calls a side for a host-bound call, where the fresh sets fit: a
+    # speedup in rounds divides lower deciles, and of a second's worth of a 72 ms call (eleven
+    # calls) the lower decile is one call (level 3's LSTMBidirectional read 0.846 batched on the
+    # H100, tenth session). Three calls a round at ten rounds.
+    host_bound_min_samples: int = 30
     max_samples: int = 1000
     # The candidate's timed calls and the eager baseline's in this many alternating rounds
     # (candidate, eager, candidate, eager, ...), the speedups then the ratio of lower deciles

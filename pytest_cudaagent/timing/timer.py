@@ -142,9 +142,11 @@ def timing_rounds(per_call_ms: float, device_ms: float | None, config: TimingCon
 
 def fresh_call_count(per_call_ms: float, set_bytes: int, config: TimingConfig, device_ms: float | None = None) -> int:
     """How many timed calls, each on content never seen before: as many as the repeat budget
-    wants (repeat_budget_ms: longer for a host-bound call), within the memory the fresh sets may
-    take, never fewer than min_samples."""
+    wants (repeat_budget_ms: longer for a host-bound call, and at least host_bound_min_samples
+    for one), within the memory the fresh sets may take, never fewer than min_samples."""
     wanted = int(repeat_budget_ms(per_call_ms, device_ms, config) / max(per_call_ms, 1e-3))
+    if host_bound(per_call_ms, device_ms, config):
+        wanted = max(wanted, config.host_bound_min_samples)
     fitting = config.fresh_inputs_bytes // max(set_bytes, 1)
     return max(config.min_samples, min(config.max_samples, wanted, fitting))
 

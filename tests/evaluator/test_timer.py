@@ -82,6 +82,22 @@ def test_fresh_call_count_follows_the_budget_and_the_memory_for_fresh_sets():
     assert fresh_call_count(0.01, 512 << 20, config) == 10  # never fewer than min_samples
 
 
+def test_a_long_host_bound_call_gets_at_least_host_bound_min_samples_where_its_sets_fit():
+    """A speedup in rounds divides lower deciles: of eleven 72 ms calls that is one call."""
+    import dataclasses
+
+    from pytest_cudaagent.timing.timer import fresh_call_count
+
+    config = dataclasses.replace(CONFIG, repeat_ms=100, host_bound_repeat_ms=1000, host_bound_ratio=1.5,
+                                 min_samples=10, max_samples=1000, host_bound_min_samples=30,
+                                 fresh_inputs_bytes=1 << 30)
+    assert fresh_call_count(72.0, 1 << 10, config, device_ms=40.0) == 30  # host-bound: the floor, not 13
+    assert fresh_call_count(72.0, 1 << 10, config, device_ms=70.0) == 10  # device-bound: min_samples
+    assert fresh_call_count(72.0, 1 << 10, config) == 10  # no device time (the CPU): never host-bound
+    assert fresh_call_count(10.0, 1 << 10, config, device_ms=2.0) == 100  # the budget gives more already
+    assert fresh_call_count(72.0, 64 << 20, config, device_ms=40.0) == 16  # only as many fresh sets as fit
+
+
 def test_busy_time_counts_overlapping_kernels_once():
     from pytest_cudaagent.timing.timer import busy_ns
 
