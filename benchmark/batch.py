@@ -266,9 +266,11 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
 
 def _end(process: subprocess.Popen, grace_s: float = 20.0) -> None:
     """pytest ended, and every process under it (xdist workers, evaluations, their workers,
-    compilers) gone before the run says it stopped: those still there after `grace_s` (each
-    winds down on its own once its parent is gone, PARENT_PID_ENV) are killed. A second Ctrl-C
-    while it winds down does not leave them running."""
+    compilers) gone before the run says it stopped: pytest is killed if SIGTERM has not ended
+    it in `grace_s` (a Ctrl-C'd bench on the loaded CI machine was still waiting for it 120 s
+    later), and those below it still there after another `grace_s` (each winds down on its own
+    once its parent is gone, PARENT_PID_ENV) are killed. A second Ctrl-C while it winds down
+    does not leave them running."""
     import psutil
 
     try:
@@ -278,7 +280,11 @@ def _end(process: subprocess.Popen, grace_s: float = 20.0) -> None:
     while True:
         try:
             process.terminate()
-            process.wait()
+            try:
+                process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
             _, alive = psutil.wait_procs(below, timeout=grace_s)
             for leftover in alive:
                 with contextlib.suppress(psutil.Error):

@@ -309,7 +309,7 @@ class Evaluation:
             self._phase("sandbox", lambda: self._note_sandbox(candidate_worker.receive(self.config.build_timeout_s,
                                                                                         label="start")))
             reference = self._phase("reference", lambda: kept.prepared if kept is not None else reference_worker.receive(
-                self.config.run_timeout_s, label="prepare"), worker=reference_worker, problem_side=True)
+                self.config.reference_timeout_s, label="prepare"), worker=reference_worker, problem_side=True)
             self._prepared = reference
             self.reference_host_transfers = frozenset(reference.get("host_transfers") or ())
             self._note_footprint(reference)
@@ -546,7 +546,7 @@ class Evaluation:
         # policy): the reference's cap leaves out its sets only when their size is known (#38:
         # level1/96_HuberLoss's reference, retried alone, killed at the cap by its own 40 GiB of sets).
         if measures is None and reference_worker is not None:
-            sized = self._phase("reference", lambda: reference_worker.request(("sizes",), self.config.run_timeout_s),
+            sized = self._phase("reference", lambda: reference_worker.request(("sizes",), self.config.reference_timeout_s),
                                 worker=reference_worker, problem_side=True, record=False)
             if sized["input_bytes"] is not None:
                 measures = Measures(0, sized["input_bytes"], sized["output_bytes"])
@@ -637,7 +637,7 @@ class Evaluation:
         sets = self._prepared["sets"]
         while len(sets) <= position:
             with self._profiled("reference.draw_set"):
-                drawn = self._phase("reference", lambda: reference_worker.request(("draw_set",), self.config.run_timeout_s),
+                drawn = self._phase("reference", lambda: reference_worker.request(("draw_set",), self.config.reference_timeout_s),
                                     worker=reference_worker, problem_side=True, record=False)
             sets.append(drawn["set"])
             if drawn["stateful"] and not self.result.stateful_reference:
@@ -650,7 +650,7 @@ class Evaluation:
         if not self._streamed:
             return
         self._prepared["sets"][position] = None
-        dropped = self._phase("reference", lambda: reference_worker.request(("drop_sets", [position]), self.config.run_timeout_s),
+        dropped = self._phase("reference", lambda: reference_worker.request(("drop_sets", [position]), self.config.reference_timeout_s),
                               worker=reference_worker, problem_side=True, record=False)
         self.result.env["sets_recycled"] = dropped["recycled"]  # drawn into a set's storage let go
 
@@ -803,7 +803,7 @@ class Evaluation:
         answer is the reference's under those settings; one that matches neither is wrong."""
         self._collect_fresh_sets(reference_worker)  # replies come in request order
         reply = self._phase("reference", lambda: reference_worker.request(
-            ("repeats_itself", index, second), self.config.run_timeout_s), worker=reference_worker, problem_side=True,
+            ("repeats_itself", index, second), self.config.reference_timeout_s), worker=reference_worker, problem_side=True,
             record=False)
         if reply["deterministic"]:
             return True
@@ -849,7 +849,7 @@ class Evaluation:
         if self._fresh_pending:
             self._fresh_pending = False
             self._fresh_ahead = self._phase("reference", lambda: reference_worker.receive(
-                self.config.run_timeout_s, label="fresh_sets"), worker=reference_worker, problem_side=True,
+                self.config.reference_timeout_s, label="fresh_sets"), worker=reference_worker, problem_side=True,
                 record=False)["sets"]
 
     def _fresh_sets(self, reference_worker: Worker, count: int) -> list[dict]:
@@ -857,7 +857,7 @@ class Evaluation:
         fresh, self._fresh_ahead = self._fresh_ahead, []  # each set is handed out once
         if len(fresh) < count:
             fresh = fresh + self._phase("reference", lambda: reference_worker.request(
-                ("fresh_sets", count - len(fresh)), self.config.run_timeout_s),
+                ("fresh_sets", count - len(fresh)), self.config.reference_timeout_s),
                 worker=reference_worker, problem_side=True, record=False)["sets"]
         return fresh[:count]
 
@@ -979,7 +979,7 @@ class Evaluation:
         with self._next_worker_paused("the eager baseline"):
             reply = self._phase("baselines", lambda: reference_worker.request(
                 ("baseline", "eager", indices, settings, count, round_ms, not self._interleaved),
-                self.config.run_timeout_s),
+                self.config.reference_timeout_s),
                 worker=reference_worker, problem_side=True, record=False)
         self._interleaved.append(reply)
 
@@ -1028,7 +1028,7 @@ class Evaluation:
         with host_quiet.timed_hold(self.device, pid=reference_worker.process.pid):
             sent = time.perf_counter_ns()
             measured = self._phase("reference", lambda: reference_worker.request(
-                ("calibrate", overlap, staged, count), self.config.run_timeout_s),
+                ("calibrate", overlap, staged, count), self.config.reference_timeout_s),
                 worker=reference_worker, problem_side=True, record=False)
             received = time.perf_counter_ns()
         if "unmeasured" in measured:
@@ -1164,7 +1164,7 @@ class Evaluation:
 
         def measure(mode: str) -> TimingStats:
             with self._next_worker_paused(f"the {mode} baseline"):
-                reply = worker.request(("baseline", mode, indices, settings), self.config.run_timeout_s)
+                reply = worker.request(("baseline", mode, indices, settings), self.config.reference_timeout_s)
             return stats_of(mode, [reply])
 
         beside_other_work: set[str] = set()  # not cached: the next evaluation measures it again

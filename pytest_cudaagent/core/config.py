@@ -78,6 +78,8 @@ def default_memory_cap_gb() -> float:
 # A precompiled torch/extension.h takes about as long as one cold C++ build (fast_build.py); past
 # this the candidate builds the plain way instead of waiting.
 PCH_BUILD_TIMEOUT_S = 600.0
+# The least time a step of the reference's gets, whatever --timeout says (EvalConfig.reference_timeout_s).
+REFERENCE_TIMEOUT_FLOOR_S = 120.0
 # A candidate's build runs this many nice levels below the rest of its worker (fast_build.niced):
 # its compilers give way to the timed calls of other evaluations on the same machine, whose
 # launches a saturated CPU otherwise delays into their times.
@@ -344,6 +346,15 @@ class EvalConfig:
         if self.memory_policy not in MEMORY_POLICIES:
             raise ValueError(f"unknown memory policy {self.memory_policy!r}; use one of {list(MEMORY_POLICIES)}")
 
+    @property
+    def reference_timeout_s(self) -> float:
+        """Seconds each of the reference's steps may take: run_timeout_s, at least
+        REFERENCE_TIMEOUT_FLOOR_S. `--timeout` is for the candidate; the reference's start
+        (a process importing torch, the model built, the sets drawn) beside a candidate looping
+        on one core and a neighbour's compilers on the other took over 15 s on the 2-core CI
+        machine, and `--timeout 15` then made a problem_error of a candidate's timeout."""
+        return max(self.run_timeout_s, REFERENCE_TIMEOUT_FLOOR_S)
+
     def tolerances(self) -> dict[str, Tolerance]:
         return TOLERANCE_PRESETS[self.tolerance]
 
@@ -378,9 +389,9 @@ def resolve_device(device: str) -> str:
 
 # `--timeout` and `--build-timeout` (EvalConfig.run_timeout_s, build_timeout_s; options.py checks
 # their values): one wording for verify, bench and the plugin.
-RUN_TIMEOUT_HELP = (f"seconds one step of an evaluation may take (preparing the reference, constructing the "
-                    f"candidate, each correctness trial, the timed calls) before it is `timeout` "
-                    f"(default {EvalConfig.run_timeout_s:g})")
+RUN_TIMEOUT_HELP = (f"seconds one step of the candidate's may take (constructing it, each correctness trial, the "
+                    f"timed calls) before it is `timeout` (default {EvalConfig.run_timeout_s:g}); the reference's "
+                    f"steps get at least {REFERENCE_TIMEOUT_FLOOR_S:g} s")
 BUILD_TIMEOUT_HELP = (f"seconds a candidate's build (its import, load_inline's compile) may take before it is "
                       f"`timeout` (default {EvalConfig.build_timeout_s:g})")
 

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -107,6 +108,35 @@ def test_ctrl_c_prints_one_line_and_resume_finishes(tmp_path):
     rows = _rows(out / "results.jsonl")
     assert sorted(Path(row["problem"]).name for row in rows) == ["p0.py", "p1.py", "p2.py"]  # each once
     assert all(row["status"] == "passed" for row in rows)
+
+
+# A pytest that does not end on SIGTERM (stuck in its own shutdown), with a child that ignores it too.
+STUCK = """import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                          "print('ready', flush=True); time.sleep(600)"], stdout=sys.stdout)
+time.sleep(600)
+"""
+
+
+def test_ending_the_run_kills_a_pytest_that_ignores_sigterm_and_what_is_below_it():
+    import psutil
+
+    from benchmark.batch import _end
+
+    process = subprocess.Popen([sys.executable, "-c", STUCK], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "ready"
+    below = psutil.Process(process.pid).children(recursive=True)
+    assert len(below) == 1
+    ending = threading.Thread(target=_end, args=(process,), kwargs={"grace_s": 1.0}, daemon=True)
+    ending.start()
+    ending.join(timeout=15)
+    if ending.is_alive():  # the old wait for ever: clean up, then fail
+        for stuck in below + [psutil.Process(process.pid)]:
+            stuck.kill()
+    assert not ending.is_alive(), "the run kept waiting for a pytest that ignores SIGTERM"
+    assert process.returncode == -signal.SIGKILL
+    assert not below[0].is_running() or below[0].status() == psutil.STATUS_ZOMBIE
 
 
 def test_interrupted_summary_names_the_resume_command_without_overwrite():
