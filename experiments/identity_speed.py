@@ -295,18 +295,23 @@ def bench_speedups(results: Path) -> list[dict]:
     return rows
 
 
-def pooled_rows(rows: list[dict]) -> list[dict]:
-    """Rows timed in rounds with the speedup their pooled medians give (eager's over the
-    candidate's), beside the lower deciles' ratio that the Result reports: what that estimator
-    changed."""
-    return [{**row, "speedup": row["eager_ms"] / row["candidate_ms"] if row["speedup"] else None}
-            for row in rows if row.get("rounds", 0) > 1]
+# The estimators not chosen for a speedup in rounds (docs/timing.md, "Candidate and eager in
+# rounds"), each read from a row.
+def pooled_medians(row: dict) -> float:
+    """Eager's median over the candidate's, every round's samples pooled."""
+    return row["eager_ms"] / row["candidate_ms"]
 
 
-def rounds_ratio_rows(rows: list[dict]) -> list[dict]:
-    """Rows timed in rounds with the median of their rounds' ratios as the speedup (each round's
-    eager median over its candidate median): the estimator tried before the lower deciles."""
-    return [{**row, "speedup": row["rounds_ratio"] if row["speedup"] else None}
+def rounds_ratio(row: dict) -> float:
+    """The median of the rounds' ratios (each round's eager median over its candidate median),
+    the estimator tried before the lower deciles."""
+    return row["rounds_ratio"]
+
+
+def rows_read_by(rows: list[dict], speedup_of) -> list[dict]:
+    """The rows timed in rounds with `speedup_of(row)` as their speedup in place of the lower
+    deciles' ratio the Result reports: what that estimator would have read."""
+    return [{**row, "speedup": speedup_of(row) if row["speedup"] else None}
             for row in rows if row.get("rounds", 0) > 1]
 
 
@@ -406,9 +411,9 @@ def report(args) -> int:
         source = out / ("kernelbench.jsonl" if method == "kernelbench" else f"{method}/results.jsonl")
         if source.exists():
             rows_by_method[method] = (kernelbench_speedups if method == "kernelbench" else bench_speedups)(source)
-            if method != "kernelbench" and pooled_rows(rows_by_method[method]):
-                rows_by_method[f"{method}, pooled medians"] = pooled_rows(rows_by_method[method])
-                rows_by_method[f"{method}, rounds' ratios"] = rounds_ratio_rows(rows_by_method[method])
+            if method != "kernelbench" and rows_read_by(rows_by_method[method], pooled_medians):
+                rows_by_method[f"{method}, pooled medians"] = rows_read_by(rows_by_method[method], pooled_medians)
+                rows_by_method[f"{method}, rounds' ratios"] = rows_read_by(rows_by_method[method], rounds_ratio)
     if not rows_by_method:
         print(f"identity_speed report: nothing under {out} yet (run alone, batched or kernelbench first)",
               file=sys.stderr)

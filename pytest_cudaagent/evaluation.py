@@ -1283,14 +1283,13 @@ class Evaluation:
         second on the H100 machine (docs/timing.md, "Host-bound calls"): a round's median is
         the fast or the slow one, whichever side it is. Their medians then say which speed each
         side met most; the lower deciles, over rounds that met both, say how fast each runs on
-        the fast host (_speedups). Level 3's identity candidates on the H100 (25 evaluations in
-        rounds, from their round medians): 13 within 0.95-1.05 from the pooled medians, 16 from
-        the median of the rounds' ratios, 19 from the lower deciles."""
+        the fast host (_speedups; how the three read on level 3's identity candidates: docs/timing.md,
+        "Candidate and eager in rounds")."""
         eager_rounds = self._interleaved or []
         if len(self._candidate_rounds) < 2 or len(eager_rounds) != len(self._candidate_rounds):
             return []
         return [{"candidate_ms": statistics.median(candidate), "eager_ms": statistics.median(eager["samples_ms"])}
-                for candidate, eager in zip(self._candidate_rounds, eager_rounds)]
+                for candidate, eager in zip(self._candidate_rounds, eager_rounds, strict=True)]
 
     def _check_tampering(self) -> None:
         """Protected workspace files must equal their originals, before and after the run."""

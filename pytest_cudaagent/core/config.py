@@ -119,12 +119,8 @@ class TimingConfig:
     # baselines.
     timing_rounds: int = 1
     # Rounds for a host-bound call (host_bound_ratio; on the GPU, where the device time is
-    # known). Level 3's identity candidates on the H100: 56% within 0.95-1.05 alone in one round,
-    # 92% alone and 86% batched with rounds (of the rows in rounds, alone and batched: 6 of 7 and
-    # 4 of 6 from lower deciles, 6 and 2 from the median of the rounds' ratios, 3 and 2 from
-    # pooled medians). 1.5 (host_bound_ratio) and not 2:
-    # EfficientNetB0 (1.9x its device time) and LSTMBidirectional (1.7x) read 1.11 and 1.12 in
-    # one round.
+    # known): what they and each estimator read on level 3's identity candidates is in
+    # docs/timing.md, "Candidate and eager in rounds", and docs/measured.md.
     host_bound_rounds: int = 10
     # Input buffers the calls rotate through, so a small input cannot live in L2 across calls.
     # Baselines rotate this many content sets; a candidate's timed calls each get content never

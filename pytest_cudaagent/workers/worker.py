@@ -352,10 +352,10 @@ class ReferenceServer(RequestServer):
         self.lowered_by_run = diff(truth, configured)
         self.problem = None
         self.model = None  # the reference's model, built by prepare
-        # The eager baseline's warm-up and profile in its first round, for the rounds after it
-        # of an evaluation (timed_as_the_candidate): {(the called model, the set positions):
-        # (per-call ms, profile)}.
-        self._warmed_rounds: dict = {}
+        # The eager baseline's warm-up and profile in an evaluation's first round, for its rounds
+        # after it (timed_as_the_candidate): ((the called model, the set positions), per-call
+        # ms, profile), or None.
+        self._warmed_round: tuple | None = None
         self.sets: list[dict | None] = []  # the sets drawn: the trial sets first, then the warm-up sets (None: let go)
         self.seeds: list[int] = []  # each drawn set's seed, kept after the set is let go
         # The shared memory of sets let go (drop_sets), drawn into again: freeing a 12-16 GiB set
@@ -663,7 +663,7 @@ class ReferenceServer(RequestServer):
         with applied(BackendSettings.from_dict(settings)), torch.no_grad(), device_lock(device, config.timing_config.quiet_wait_s) as hold:
             timed_under = capture().to_dict()
             if first_round:
-                self._warmed_rounds.clear()  # another evaluation's (a shared reference), or none
+                self._warmed_round = None  # another evaluation's (a shared reference), or none
             measurement = self.timed_as_the_candidate(timer, fn, set_indices, count, round_ms)
         return {"samples_ms": measurement.samples_ms, "device_ms": measurement.device_ms,
                 "launch_overlapped": measurement.launch_overlapped, "backend_settings": timed_under,
@@ -708,14 +708,15 @@ class ReferenceServer(RequestServer):
         # A round after the first (round_ms given) is neither warmed nor profiled again, as the
         # candidate's rounds are not: its device time is the first round's, and a profile pass in
         # each of ten rounds would cost more than the rounds.
-        warmed = self._warmed_rounds.get((fn, tuple(set_indices))) if round_ms is not None else None
-        if warmed is None:
+        warmed_for = (fn, tuple(set_indices))
+        warmed = self._warmed_round if round_ms is not None else None
+        if warmed is None or warmed[0] != warmed_for:
             per_call_ms = timer.warm_up(call_on, buffers)
             profiled = timer.profile(fn, buffers, lambda call: call(), per_call_ms)
             if round_ms is not None:
-                self._warmed_rounds[(fn, tuple(set_indices))] = (per_call_ms, profiled)
+                self._warmed_round = (warmed_for, per_call_ms, profiled)
         else:
-            per_call_ms, profiled = warmed
+            _, per_call_ms, profiled = warmed
         overlap = timer.overlaps_launch(profiled)
         output_nbytes = [value.numel() * value.element_size() for value in tensors(chosen[0]["outputs"])]
         set_bytes = nbytes(chosen[0]["inputs"]) + sum(output_nbytes)

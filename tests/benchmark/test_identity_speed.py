@@ -14,8 +14,9 @@ from experiments.identity_speed import (
     distribution,
     kernelbench_speedups,
     main,
-    pooled_rows,
-    rounds_ratio_rows,
+    pooled_medians,
+    rounds_ratio,
+    rows_read_by,
     summarise,
 )
 
@@ -127,9 +128,9 @@ def test_rows_timed_in_rounds_are_reported_again_with_their_pooled_medians(tmp_p
                             compile_ms=None)
     rows = bench_speedups(write_results(tmp_path / "results.jsonl", [in_rounds, one_round]))
     assert [row["speedup"] for row in rows] == [1.0, 1.0] and [row["rounds"] for row in rows] == [3, 0]
-    pooled = pooled_rows(rows)
+    pooled = rows_read_by(rows, pooled_medians)
     assert len(pooled) == 1 and pooled[0]["speedup"] == 1.5
-    paired = rounds_ratio_rows(rows)
+    paired = rows_read_by(rows, rounds_ratio)
     assert len(paired) == 1 and paired[0]["speedup"] == 1.0  # ratios 1.0, 1.0, 1.5
 
 

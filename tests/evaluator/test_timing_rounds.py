@@ -8,8 +8,8 @@ import dataclasses
 import json
 
 from pytest_cudaagent import EvalConfig, TimingConfig, evaluate
-from pytest_cudaagent.core.result import Result, TimingStats
 from pytest_cudaagent.core.files import check_candidate
+from pytest_cudaagent.core.result import Result, TimingStats
 from pytest_cudaagent.evaluation import Evaluation
 from pytest_cudaagent.timing.timer import timing_rounds
 from tests.helpers import CPU_CANDIDATES, PROBLEMS
@@ -162,7 +162,7 @@ def test_a_host_bound_call_is_timed_in_ten_rounds_and_a_device_bound_one_in_one(
         run = evaluation(dataclasses.replace(TIMING, timing_rounds=1, host_bound_repeat_ms=100), device="cuda")
         run.result.correct = True
         run.result.backend_settings["candidate"] = {}
-        monkeypatch.setattr(run, "_set_count", lambda: run.config.trials + 3)
+        monkeypatch.setattr(run, "_set_count", lambda run=run: run.config.trials + 3)
         monkeypatch.setattr(run, "_check_kernels", lambda warm: None)
         monkeypatch.setattr(run, "_check_busy_time", lambda median, busy: None)
         log: list = []
@@ -289,7 +289,7 @@ class SlowEager:
         import torch
 
         self.sets = [{"inputs": [torch.ones(4)], "outputs": [torch.ones(4)]}]
-        self._warmed_rounds: dict = {}
+        self._warmed_round = None
 
     def draw_inputs(self, seed: int) -> list:
         import torch
