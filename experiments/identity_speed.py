@@ -291,7 +291,10 @@ def bench_speedups(results: Path) -> list[dict]:
                      "unstable": any(w.rule == "unstable_baseline" for w in result.warnings),
                      "rounds": len(result.timing_rounds),
                      "rounds_ratio": statistics.median(pair["eager_ms"] / pair["candidate_ms"]
-                                                       for pair in result.timing_rounds) if result.timing_rounds else None})
+                                                       for pair in result.timing_rounds) if result.timing_rounds else None,
+                     **{f"{side}_samples": [sample for round_ in result.timing_rounds
+                                            for sample in round_.get(f"{side}_samples_ms", ())]
+                        for side in ("candidate", "eager")}})
     return rows
 
 
@@ -306,6 +309,19 @@ def rounds_ratio(row: dict) -> float:
     """The median of the rounds' ratios (each round's eager median over its candidate median),
     the estimator tried before the lower deciles."""
     return row["rounds_ratio"]
+
+
+def quantile_ratios(row: dict) -> float | None:
+    """The median over the deciles q10..q90 of eager's q over the candidate's q, every round's
+    samples pooled: on a host with a fast and a slow level, whatever share of calls the fast one
+    takes, most deciles fall in the same level on both sides (the lower decile alone reads a fast
+    level that one side met in three calls of forty and the other in two). None for rows of runs
+    that kept no samples (before the eleventh session)."""
+    candidate, eager = row.get("candidate_samples") or [], row.get("eager_samples") or []
+    if len(candidate) < 2 or len(eager) < 2:
+        return None
+    return statistics.median(e / c for e, c in zip(statistics.quantiles(eager, n=10),
+                                                   statistics.quantiles(candidate, n=10), strict=True))
 
 
 def rows_read_by(rows: list[dict], speedup_of) -> list[dict]:
@@ -414,6 +430,9 @@ def report(args) -> int:
             if method != "kernelbench" and rows_read_by(rows_by_method[method], pooled_medians):
                 rows_by_method[f"{method}, pooled medians"] = rows_read_by(rows_by_method[method], pooled_medians)
                 rows_by_method[f"{method}, rounds' ratios"] = rows_read_by(rows_by_method[method], rounds_ratio)
+                if any(row.get("candidate_samples") for row in rows_by_method[method]):
+                    rows_by_method[f"{method}, quantile ratios"] = rows_read_by(rows_by_method[method],
+                                                                               quantile_ratios)
     if not rows_by_method:
         print(f"identity_speed report: nothing under {out} yet (run alone, batched or kernelbench first)",
               file=sys.stderr)
@@ -429,7 +448,9 @@ def report(args) -> int:
     if args.plot:
         plot(rows_by_method, Path(args.plot), BAND)
     if args.json:
-        Path(args.json).write_text(json.dumps({"summary": summary, "rows": rows_by_method}, indent=1, default=str))
+        without_samples = {method: [{key: value for key, value in row.items() if not key.endswith("_samples")}
+                                    for row in rows] for method, rows in rows_by_method.items()}
+        Path(args.json).write_text(json.dumps({"summary": summary, "rows": without_samples}, indent=1, default=str))
     return 0
 
 

@@ -1276,7 +1276,7 @@ class Evaluation:
         else:
             self.result.status = "passed"
 
-    def _paired_rounds(self) -> list[dict[str, float]]:
+    def _paired_rounds(self) -> list[dict]:
         """Each round's candidate median beside the eager round timed right after it, where
         there were several (TimingConfig.timing_rounds, host_bound_rounds). The host running a
         launch-bound call switches between two speeds (1.3-2x apart) within a fraction of a
@@ -1288,7 +1288,11 @@ class Evaluation:
         eager_rounds = self._interleaved or []
         if len(self._candidate_rounds) < 2 or len(eager_rounds) != len(self._candidate_rounds):
             return []
-        return [{"candidate_ms": statistics.median(candidate), "eager_ms": statistics.median(eager["samples_ms"])}
+        # Each round's samples too: what another estimator would read can be computed from the
+        # results file, without the device (experiments/identity_speed.py's report).
+        return [{"candidate_ms": statistics.median(candidate), "eager_ms": statistics.median(eager["samples_ms"]),
+                 "candidate_samples_ms": [round(sample, 6) for sample in candidate],
+                 "eager_samples_ms": [round(sample, 6) for sample in eager["samples_ms"]]}
                 for candidate, eager in zip(self._candidate_rounds, eager_rounds, strict=True)]
 
     def _check_tampering(self) -> None:

@@ -3,6 +3,7 @@ makes, the bench commands it runs (separate caches, the calibration policy), and
 its report. The speeds themselves are measured on the GPU, never asserted here."""
 
 import json
+import statistics
 from pathlib import Path
 
 from experiments import identity_speed
@@ -15,6 +16,7 @@ from experiments.identity_speed import (
     kernelbench_speedups,
     main,
     pooled_medians,
+    quantile_ratios,
     rounds_ratio,
     rows_read_by,
     summarise,
@@ -132,6 +134,34 @@ def test_rows_timed_in_rounds_are_reported_again_with_their_pooled_medians(tmp_p
     assert len(pooled) == 1 and pooled[0]["speedup"] == 1.5
     paired = rows_read_by(rows, rounds_ratio)
     assert len(paired) == 1 and paired[0]["speedup"] == 1.0  # ratios 1.0, 1.0, 1.5
+    assert rows_read_by(rows, quantile_ratios)[0]["speedup"] is None  # this result kept no samples
+
+
+def test_quantile_ratios_read_the_same_code_on_a_two_level_host_as_one():
+    """The fast level (18 ms against 27) in three of the candidate's forty calls and one of
+    eager's: the lower deciles read 1.35x, the deciles' median ratio 1.0."""
+    candidate = [18.0] * 4 + [27.0] * 36
+    eager = [18.0] * 1 + [27.0] * 39
+    row = {"speedup": 1.0, "candidate_samples": candidate, "eager_samples": eager}
+    lower_deciles = statistics.quantiles(eager, n=10)[0] / statistics.quantiles(candidate, n=10)[0]
+    assert lower_deciles > 1.3
+    assert quantile_ratios(row) == 1.0
+    # A candidate twice as fast on every call reads 2.0 whichever level each call met.
+    halved = {"speedup": 1.0, "candidate_samples": [sample / 2 for sample in eager], "eager_samples": eager}
+    assert quantile_ratios(halved) == 2.0
+
+
+def test_bench_rows_pool_each_rounds_samples(tmp_path):
+    problem = str(tmp_path / "KernelBench" / "level3" / "1_A.py")
+    result = fake_result(problem, "level_3_problem_1_sample_0_kernel.py", candidate_ms=1.0, eager_ms=1.0,
+                         compile_ms=None)
+    result.timing_rounds = [{"candidate_ms": 1.0, "eager_ms": 1.0, "candidate_samples_ms": [1.0, 1.0],
+                             "eager_samples_ms": [1.0]},
+                            {"candidate_ms": 2.0, "eager_ms": 2.0, "candidate_samples_ms": [2.0],
+                             "eager_samples_ms": [2.0, 2.0]}]
+    [row] = bench_speedups(write_results(tmp_path / "results.jsonl", [result]))
+    assert row["candidate_samples"] == [1.0, 1.0, 2.0] and row["eager_samples"] == [1.0, 2.0, 2.0]
+    assert quantile_ratios(row) > 1.0  # eager's pooled samples are the slower
 
 
 def test_the_cpu_table_takes_the_median_of_the_repeats():

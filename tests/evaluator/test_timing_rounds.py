@@ -140,8 +140,13 @@ def test_the_speedup_in_rounds_divides_the_sides_lower_deciles(monkeypatch, tmp_
     run._speedups()
     assert run.result.timing["eager"].median_ms / run.result.timing["candidate"].median_ms == 2.0
     assert run.result.timing["eager"].fast_ms == run.result.timing["candidate"].fast_ms == 1.0
-    assert run.result.timing_rounds == [{"candidate_ms": 2.0, "eager_ms": 2.0}, {"candidate_ms": 1.0, "eager_ms": 1.0},
-                                        {"candidate_ms": 1.0, "eager_ms": 2.0}]
+    medians = [{side: round_[side] for side in ("candidate_ms", "eager_ms")} for round_ in run.result.timing_rounds]
+    assert medians == [{"candidate_ms": 2.0, "eager_ms": 2.0}, {"candidate_ms": 1.0, "eager_ms": 1.0},
+                       {"candidate_ms": 1.0, "eager_ms": 2.0}]
+    # Each round's samples kept beside its medians, every timed call of both sides.
+    assert [set(round_["candidate_samples_ms"]) for round_ in run.result.timing_rounds] == [{2.0}, {1.0}, {1.0}]
+    assert sum(len(round_["eager_samples_ms"]) for round_ in run.result.timing_rounds) == \
+        run.result.timing["eager"].samples
     assert run.result.speedup_vs_eager == 1.0
 
 
@@ -274,6 +279,8 @@ def test_a_cpu_evaluation_times_eager_in_rounds_between_the_candidates(tmp_path)
     # As many as the candidate's or, where eager ran slower, as many as fit its rounds' time.
     assert 6 <= result.timing["eager"].samples <= result.timing["candidate"].samples
     assert len(result.timing_rounds) == 3
+    for side in ("candidate", "eager"):  # every timed call's sample, round by round
+        assert sum(len(round_[f"{side}_samples_ms"]) for round_ in result.timing_rounds) == result.timing[side].samples
     assert result.speedup_vs_eager == result.timing["eager"].fast_ms / result.timing["candidate"].fast_ms
     assert Result.from_json(result.to_json()).timing_rounds == result.timing_rounds  # kept in the file
     cached = [json.loads(path.read_text()) for path in (tmp_path / "cache").rglob("*.json")]
