@@ -426,13 +426,15 @@ def report(args) -> int:
     for method in METHODS:
         source = out / ("kernelbench.jsonl" if method == "kernelbench" else f"{method}/results.jsonl")
         if source.exists():
-            rows_by_method[method] = (kernelbench_speedups if method == "kernelbench" else bench_speedups)(source)
-            if method != "kernelbench" and rows_read_by(rows_by_method[method], pooled_medians):
-                rows_by_method[f"{method}, pooled medians"] = rows_read_by(rows_by_method[method], pooled_medians)
-                rows_by_method[f"{method}, rounds' ratios"] = rows_read_by(rows_by_method[method], rounds_ratio)
-                if any(row.get("candidate_samples") for row in rows_by_method[method]):
-                    rows_by_method[f"{method}, quantile ratios"] = rows_read_by(rows_by_method[method],
-                                                                               quantile_ratios)
+            rows = rows_by_method[method] = (kernelbench_speedups if method == "kernelbench" else bench_speedups)(source)
+            if method == "kernelbench" or not any(row.get("rounds", 0) > 1 for row in rows):
+                continue
+            # The rows timed in rounds again, read by each estimator not chosen.
+            estimators = [("pooled medians", pooled_medians), ("rounds' ratios", rounds_ratio)]
+            if any(row.get("candidate_samples") for row in rows):
+                estimators.append(("quantile ratios", quantile_ratios))
+            for label, speedup_of in estimators:
+                rows_by_method[f"{method}, {label}"] = rows_read_by(rows, speedup_of)
     if not rows_by_method:
         print(f"identity_speed report: nothing under {out} yet (run alone, batched or kernelbench first)",
               file=sys.stderr)
