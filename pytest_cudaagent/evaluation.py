@@ -235,6 +235,7 @@ class Evaluation:
         # baseline to interleave, empty where it is timed after the candidate (cached).
         self._interleaved: list[dict] | None = [] if "eager" in config.baselines else None
         self._candidate_rounds: list[list[float]] = []  # each round's timed samples (_paired_rounds)
+        self._candidate_round_starts: list[list[int]] = []  # and when each of its calls began
         # Fresh sets asked of the reference ahead of the timing (_ask_fresh_sets_ahead).
         self._fresh_pending = False
         self._fresh_ahead: list[dict] = []
@@ -916,6 +917,7 @@ class Evaluation:
             reply, audit = self._timed_round(worker, reference_worker, warm, count)
             samples += reply["samples_ms"]
             self._candidate_rounds.append(reply["samples_ms"])
+            self._candidate_round_starts.append([stamp[0] for stamp in reply.get("stamps_ns", [])])
             if not self._ok_so_far():
                 break  # a verdict already: no more rounds
             if len(counts) > 1:
@@ -1289,11 +1291,22 @@ class Evaluation:
         if len(self._candidate_rounds) < 2 or len(eager_rounds) != len(self._candidate_rounds):
             return []
         # Each round's samples too: what another estimator would read can be computed from the
-        # results file, without the device (experiments/identity_speed.py's report).
+        # results file, without the device (experiments/identity_speed.py's report); and when
+        # each call began (ms on the host's monotonic clock after the first round's first call),
+        # to tell whether the host's speed is a matter of the moment or of the process. The
+        # candidate's own are its worker's readings: for diagnosis, never in a verdict.
+        starts = self._candidate_round_starts + [[]] * (len(eager_rounds) - len(self._candidate_round_starts))
+        origin = starts[0][0] if starts and starts[0] else None
+
+        def since_origin(stamps: list[int]) -> list[float]:
+            return [round((stamp - origin) / 1e6, 3) for stamp in stamps] if origin is not None else []
+
         return [{"candidate_ms": statistics.median(candidate), "eager_ms": statistics.median(eager["samples_ms"]),
                  "candidate_samples_ms": [round(sample, 6) for sample in candidate],
-                 "eager_samples_ms": [round(sample, 6) for sample in eager["samples_ms"]]}
-                for candidate, eager in zip(self._candidate_rounds, eager_rounds, strict=True)]
+                 "eager_samples_ms": [round(sample, 6) for sample in eager["samples_ms"]],
+                 "candidate_started_ms": since_origin(started),
+                 "eager_started_ms": since_origin(eager.get("started_ns", []))}
+                for candidate, started, eager in zip(self._candidate_rounds, starts, eager_rounds, strict=True)]
 
     def _check_tampering(self) -> None:
         """Protected workspace files must equal their originals, before and after the run."""

@@ -92,6 +92,7 @@ class Measurement:
     device_busy_ms: float | None = None  # median over profiled calls of the union of kernel intervals
     kernel_names: list[str] = field(default_factory=list)  # kernels seen by the profiler
     launch_overlapped: bool = False  # the host launched while the flush ran (see TimingConfig)
+    started_ns: list[int] = field(default_factory=list)  # each timed call's start, host CLOCK_MONOTONIC
 
 
 def load_content(buffers: list[object], content: Sequence[object]) -> None:

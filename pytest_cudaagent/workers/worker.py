@@ -665,7 +665,7 @@ class ReferenceServer(RequestServer):
             if first_round:
                 self._warmed_round = None  # another evaluation's (a shared reference), or none
             measurement = self.timed_as_the_candidate(timer, fn, set_indices, count, round_ms)
-        return {"samples_ms": measurement.samples_ms, "device_ms": measurement.device_ms,
+        return {"samples_ms": measurement.samples_ms, "started_ns": measurement.started_ns, "device_ms": measurement.device_ms,
                 "launch_overlapped": measurement.launch_overlapped, "backend_settings": timed_under,
                 "quiet": hold.quiet, "beside": hold.beside}
 
@@ -736,7 +736,8 @@ class ReferenceServer(RequestServer):
             copies = OutputCopies(output_nbytes, count, device) if staged is not None else None
         with gc_pause.paused(timer.config.pause_gc):  # as the candidate's worker, from its stage to its audit
             loop = timed_calls(timer, call_on, buffers, timed, seeds, overlap, device, copies)
-        measurement = Measurement(loop["samples_ms"], [], launch_overlapped=overlap)
+        measurement = Measurement(loop["samples_ms"], [], launch_overlapped=overlap,
+                                  started_ns=[stamp[0] for stamp in loop["stamps_ns"]])
         if profiled is not None:
             measurement.device_ms, measurement.device_busy_ms = profiled.device_ms, profiled.busy_ms
             measurement.kernel_names = profiled.kernel_names

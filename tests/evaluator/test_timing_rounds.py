@@ -281,6 +281,12 @@ def test_a_cpu_evaluation_times_eager_in_rounds_between_the_candidates(tmp_path)
     assert len(result.timing_rounds) == 3
     for side in ("candidate", "eager"):  # every timed call's sample, round by round
         assert sum(len(round_[f"{side}_samples_ms"]) for round_ in result.timing_rounds) == result.timing[side].samples
+        assert [len(round_[f"{side}_started_ms"]) for round_ in result.timing_rounds] == \
+            [len(round_[f"{side}_samples_ms"]) for round_ in result.timing_rounds]
+    # When each call began, after the first: the sides' rounds one after the other in time, as run.
+    starts = [start for round_ in result.timing_rounds
+              for start in round_["candidate_started_ms"] + round_["eager_started_ms"]]
+    assert starts[0] == 0.0 and starts == sorted(starts) and len(set(starts)) == len(starts)
     assert result.speedup_vs_eager == result.timing["eager"].fast_ms / result.timing["candidate"].fast_ms
     assert Result.from_json(result.to_json()).timing_rounds == result.timing_rounds  # kept in the file
     cached = [json.loads(path.read_text()) for path in (tmp_path / "cache").rglob("*.json")]
