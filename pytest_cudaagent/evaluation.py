@@ -18,6 +18,7 @@ import os
 import statistics
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -908,20 +909,25 @@ class Evaluation:
             warm = worker.request(("warm", [shared_copies(s["inputs"]) for s in warm_sets]), self.config.run_timeout_s)
         self._add_violations(warm["findings"])
         self._note_precision(warm["precision"])
+        # What the first eager round is timed under, before any audit has reported them.
+        self.result.backend_settings["candidate"] = warm["backend_settings"]
         self.result.kernels = warm["kernel_names"]
         set_bytes = _set_bytes(warm_sets[0])
         timed_count = fresh_call_count(warm["per_call_ms"], set_bytes, timing, warm["device_ms"])
         samples: list[float] = []
         counts = self._round_counts(timed_count, timing_rounds(warm["per_call_ms"], warm["device_ms"], timing))
         for count in counts:
-            reply, audit = self._timed_round(worker, reference_worker, warm, count)
+            # Each eager round right before its round of the candidate's, in the same hold of the
+            # lock (_eager_round says why), as long as the candidate's last round took.
+            per_call_ms = statistics.median(self._candidate_rounds[-1]) if self._candidate_rounds else warm["per_call_ms"]
+            eager_round = (functools.partial(self._eager_round, reference_worker, count, count * per_call_ms)
+                           if len(counts) > 1 else None)
+            reply, audit = self._timed_round(worker, reference_worker, warm, count, eager_round)
             samples += reply["samples_ms"]
             self._candidate_rounds.append(reply["samples_ms"])
             self._candidate_round_starts.append([stamp[0] for stamp in reply.get("stamps_ns", [])])
             if not self._ok_so_far():
                 break  # a verdict already: no more rounds
-            if len(counts) > 1:
-                self._eager_round(reference_worker, count, sum(reply["samples_ms"]))
         stats = TimingStats.from_samples(samples, warm["device_ms"], warm["launch_overlapped"])
         self.result.timing["candidate"] = stats
         # The time the speedups will divide by is the one the consistency checks hold to: a hidden
@@ -948,46 +954,60 @@ class Evaluation:
     def _round_counts(self, timed_count: int, rounds: int) -> list[int]:
         """The candidate's timed calls split into `rounds` rounds (timer.timing_rounds; one where
         there is no eager baseline to interleave), each of at least min_samples // rounds calls
-        and two; each eager round is timed right after its round (_eager_round)."""
+        and two; each eager round is timed right before its round (_eager_round)."""
         rounds = rounds if self._interleaved is not None else 1
         floor = max(2, self.config.timing_config.min_samples // rounds)
         rounds = max(1, min(rounds, timed_count // floor))
         return [timed_count // rounds + (1 if index < timed_count % rounds else 0) for index in range(rounds)]
 
-    def _timed_round(self, worker: Worker, reference_worker: Worker, warm: dict, count: int) -> tuple[dict, dict]:
-        """One round of the candidate's timed calls: (reply, audit). A timed request the
-        evaluator's own view does not account for is timed again, on fresh sets, before it is a
-        verdict: on the GPU work of other processes (another evaluation's staging, a new
-        worker's CUDA context) can stall the loop around the calls (#44: 11 of 13 honest level-2
-        identity pairs at 16 workers on the H200). A clock the candidate changed is caught on
-        every attempt."""
+    def _timed_round(self, worker: Worker, reference_worker: Worker, warm: dict, count: int,
+                     eager_round: Callable[[], dict] | None = None) -> tuple[dict, dict]:
+        """One round of the candidate's timed calls, after `eager_round` where given: (reply,
+        audit). A timed request the evaluator's own view does not account for is timed again, on
+        fresh sets, before it is a verdict: on the GPU work of other processes (another
+        evaluation's staging, a new worker's CUDA context) can stall the loop around the calls
+        (#44: 11 of 13 honest level-2 identity pairs at 16 workers on the H200). A clock the
+        candidate changed is caught on every attempt. The eager round kept is the one beside the
+        attempt kept."""
         timing = self.config.timing_config
+        eager_replies: list[dict] = []
+        before_time = (lambda: eager_replies.append(eager_round())) if eager_round is not None else None
         for attempt in range(1, timing.unaccounted_attempts + 1):
-            reply, audit, _, _, unaccounted = self._timed_request(worker, reference_worker, warm, count)
+            reply, audit, _, _, unaccounted = self._timed_request(worker, reference_worker, warm, count,
+                                                                  before_time=before_time)
             if unaccounted is None or attempt == timing.unaccounted_attempts:
                 break
             self.result.env.setdefault("timed_again", []).append(unaccounted.detail[:300])
         if unaccounted is not None:
             self._add_violations([unaccounted])
+        if eager_replies:
+            self._interleaved.append(eager_replies[-1])
         return reply, audit
 
-    def _eager_round(self, reference_worker: Worker, count: int, round_ms: float) -> None:
-        """The eager baseline right after a round of the candidate's, under the settings the
-        candidate was timed under: `count` calls, fewer where eager is slower, so that its round
-        takes about the candidate's `round_ms` (a candidate 10x faster must not make eager's
-        rounds take ten times as long); _time_baselines pools them, _paired_rounds pairs them."""
+    def _eager_round(self, reference_worker: Worker, count: int, round_ms: float) -> dict:
+        """The eager baseline's round, under the settings the candidate was timed under: `count`
+        calls, fewer where eager is slower, so that its round takes about the candidate's
+        `round_ms` (a candidate 10x faster must not make eager's rounds take ten times as long);
+        _time_baselines pools them, _paired_rounds pairs them. Run inside the candidate's hold of
+        the timing lock, right before its timed calls (_timed_request's `before_time`), on the
+        reserved cores: the H100 machine's host runs a launch-bound call at one of two speeds
+        for a second or so at a time, and an eager round timed after the candidate's audit and
+        the next round's fresh sets began 0.4-0.7 s after the candidate's round alone and 3-5 s
+        after it in a batch (2026-11-27, twelfth session: the rounds' start times), often at the
+        other speed (docs/timing.md, "Candidate and eager in rounds")."""
         indices = self._warm_positions()
         settings = self.result.backend_settings["candidate"]
-        with self._next_worker_paused("the eager baseline"):
-            reply = self._phase("baselines", lambda: reference_worker.request(
-                ("baseline", "eager", indices, settings, count, round_ms, not self._interleaved),
+        with host_quiet.timed_hold(self.device, pid=reference_worker.process.pid):
+            return self._phase("baselines", lambda: reference_worker.request(
+                ("baseline", "eager", indices, settings, count, round_ms, not self._interleaved, True),
                 self.config.reference_timeout_s),
                 worker=reference_worker, problem_side=True, record=False)
-        self._interleaved.append(reply)
 
-    def _timed_request(self, worker: Worker, reference_worker: Worker, warm: dict, timed_count: int) -> tuple:
+    def _timed_request(self, worker: Worker, reference_worker: Worker, warm: dict, timed_count: int,
+                       before_time: Callable[[], None] | None = None) -> tuple:
         """One timed request on fresh sets, its audit and its checks: (reply, audit, timed sets,
-        audited sets, the timing_unaccounted violation or None, not yet added)."""
+        audited sets, the timing_unaccounted violation or None, not yet added). `before_time`
+        runs in the same hold of the timing lock, just before the candidate's timed calls."""
         timing = self.config.timing_config
         fresh = self._fresh_sets(reference_worker, timed_count + self._audited_count())
         timed_sets, audited_sets = fresh[:timed_count], fresh[timed_count:]
@@ -996,6 +1016,8 @@ class Evaluation:
             staged = worker.request(("stage", [_for_candidate(s) for s in timed_sets]), self.config.run_timeout_s)["staged"]
         with self._timing_lock("the candidate", worker):
             cost = self._loop_cost(reference_worker, bool(warm["launch_overlapped"]), bool(staged), timed_count)
+            if before_time is not None:
+                before_time()
             before = outside_view.snapshot(self._serving_pid)
             sent = time.perf_counter_ns()
             reply = worker.request(("time",), self.config.run_timeout_s)
@@ -1292,11 +1314,13 @@ class Evaluation:
             return []
         # Each round's samples too: what another estimator would read can be computed from the
         # results file, without the device (experiments/identity_speed.py's report); and when
-        # each call began (ms on the host's monotonic clock after the first round's first call),
-        # to tell whether the host's speed is a matter of the moment or of the process. The
+        # each call began (ms on the host's monotonic clock after the rounds' first call), to
+        # tell whether the host's speed is a matter of the moment or of the process. The
         # candidate's own are its worker's readings: for diagnosis, never in a verdict.
         starts = self._candidate_round_starts + [[]] * (len(eager_rounds) - len(self._candidate_round_starts))
-        origin = starts[0][0] if starts and starts[0] else None
+        every_start = [stamp for stamps in starts for stamp in stamps] + \
+            [stamp for eager in eager_rounds for stamp in eager.get("started_ns", [])]
+        origin = min(every_start, default=None)
 
         def since_origin(stamps: list[int]) -> list[float]:
             return [round((stamp - origin) / 1e6, 3) for stamp in stamps] if origin is not None else []

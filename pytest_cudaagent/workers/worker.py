@@ -8,6 +8,7 @@ times. Neither decides a verdict; the parent compares.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -641,15 +642,20 @@ class ReferenceServer(RequestServer):
         return {"deterministic": True, "cause": None, "detail": None}
 
     def handle_baseline(self, mode: str, set_indices: list[int], settings: dict, count: int | None = None,
-                        round_ms: float | None = None, first_round: bool = True) -> dict:
+                        round_ms: float | None = None, first_round: bool = True, lock_held: bool = False) -> dict:
         """`mode` timed by the candidate's loop (timed_as_the_candidate); where the evaluator asks
-        for a round after one of the candidate's (timer.timing_rounds), `count` timed calls or as
+        for a round beside one of the candidate's (timer.timing_rounds), `count` timed calls or as
         many as fit the candidate's `round_ms` where that is fewer (never under two), warmed and
-        profiled in the evaluation's first round only; else as many as fresh_call_count gives."""
+        profiled in the evaluation's first round only; else as many as fresh_call_count gives.
+        With `lock_held` the evaluator holds the timing lock on this process's behalf and has
+        put it on the reserved cores (the eager rounds, inside the candidate's hold): no lock is
+        taken here, torch's threads are fitted to those cores, and the device's cached memory is
+        given back after, for the candidate's calls that follow."""
         import torch
 
         from ..timing.backend_settings import BackendSettings, applied, capture
-        from ..timing.locks import device_lock
+        from ..timing.host_quiet import fit_timed_threads
+        from ..timing.locks import DeviceHold, device_lock, lock_path
         from ..timing.timer import Clock, Timer
 
         config, device, model = self.config, self.device, self.model
@@ -659,12 +665,21 @@ class ReferenceServer(RequestServer):
             compile_mode = "max-autotune" if mode == "max-autotune" else "default"
             fn = torch.compile(model, mode=compile_mode)
         timer = Timer(Clock(device), config.timing_config)
-        # torch.compile reads the settings when it compiles, inside the first timed-loop call.
-        with applied(BackendSettings.from_dict(settings)), torch.no_grad(), device_lock(device, config.timing_config.quiet_wait_s) as hold:
-            timed_under = capture().to_dict()
-            if first_round:
-                self._warmed_round = None  # another evaluation's (a shared reference), or none
-            measurement = self.timed_as_the_candidate(timer, fn, set_indices, count, round_ms)
+        hold_here = (contextlib.nullcontext(DeviceHold(lock_path(device), quiet=True)) if lock_held
+                     else device_lock(device, config.timing_config.quiet_wait_s))
+        threads_before = fit_timed_threads(device) if lock_held else None
+        try:
+            # torch.compile reads the settings when it compiles, inside the first timed-loop call.
+            with applied(BackendSettings.from_dict(settings)), torch.no_grad(), hold_here as hold:
+                timed_under = capture().to_dict()
+                if first_round:
+                    self._warmed_round = None  # another evaluation's (a shared reference), or none
+                measurement = self.timed_as_the_candidate(timer, fn, set_indices, count, round_ms)
+        finally:
+            if threads_before is not None:
+                torch.set_num_threads(threads_before)
+            if lock_held and device.startswith("cuda"):
+                torch.cuda.empty_cache()  # its staged sets and slab back to the device, for the candidate
         return {"samples_ms": measurement.samples_ms, "started_ns": measurement.started_ns, "device_ms": measurement.device_ms,
                 "launch_overlapped": measurement.launch_overlapped, "backend_settings": timed_under,
                 "quiet": hold.quiet, "beside": hold.beside}
@@ -817,7 +832,7 @@ CANDIDATE_REPLY_KEYS = {
     "forward": frozenset({"outputs", "violations", "inputs_after", "findings", "precision"}),
     "check_held": frozenset({"reused"}),
     "warm": frozenset({"per_call_ms", "device_ms", "device_busy_ms", "kernel_names", "own_kernel_names",
-                       "launch_overlapped", "findings", "precision"}),
+                       "launch_overlapped", "backend_settings", "findings", "precision"}),
     "stage": frozenset({"staged"}),
     "time": frozenset({"samples_ms", "stamps_ns", "violations"}),
     "audit": frozenset({"timed_outputs", "audited_outputs", "audited_ms", "audited_operators", "audited_python_calls",
@@ -1094,6 +1109,9 @@ class CandidateServer(RequestServer):
             "kernel_names": profiled.kernel_names if profiled else [],
             "own_kernel_names": harness.own_kernel_names(self.candidate, sys.modules),
             "launch_overlapped": self.overlap,
+            # In force for the timed calls that follow: the first eager round, timed before them,
+            # is timed under these (the audits report them again after each round).
+            "backend_settings": harness.capture().to_dict(),
             "findings": guard.findings.drain() + timer.persistence.drain(),
             "precision": sorted(guard.findings.precision | tf32_switches(configured)
                                 | harness.precision_flags(profiled.kernel_names if profiled else [],

@@ -53,7 +53,7 @@ def test_the_candidates_timed_calls_follow_its_warm_up_device_time(monkeypatch, 
     run = Evaluation(PROBLEMS / "row_sum.py", check_candidate(CPU_CANDIDATES / "row_sum.py"), config, "cpu")
     counted = []
 
-    def timed_request(worker, reference_worker, warm, timed_count):
+    def timed_request(worker, reference_worker, warm, timed_count, before_time=None):
         counted.append(timed_count)
         raise _Stop
 
@@ -61,7 +61,8 @@ def test_the_candidates_timed_calls_follow_its_warm_up_device_time(monkeypatch, 
         def request(self, message, timeout_s):
             assert message[0] == "warm"
             return {"per_call_ms": 20.0, "device_ms": device_ms, "device_busy_ms": device_ms, "kernel_names": [],
-                    "own_kernel_names": [], "launch_overlapped": True, "findings": [], "precision": []}
+                    "own_kernel_names": [], "launch_overlapped": True, "findings": [], "precision": [],
+                    "backend_settings": {}}
 
     monkeypatch.setattr(run, "_timing_lock", lambda who, worker: contextlib.nullcontext())
     monkeypatch.setattr(run, "_timed_request", timed_request)

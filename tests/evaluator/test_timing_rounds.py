@@ -6,6 +6,8 @@ both medians move with the host in between. One round by default."""
 import contextlib
 import dataclasses
 import json
+import os
+import types
 
 from pytest_cudaagent import EvalConfig, TimingConfig, evaluate
 from pytest_cudaagent.core.files import check_candidate
@@ -58,11 +60,13 @@ def test_the_candidates_calls_split_into_rounds_of_at_least_a_third_of_min_sampl
 class Reference:
     """The reference's worker: answers each eager round with as many samples as it was asked."""
 
+    process = types.SimpleNamespace(pid=os.getpid())
+
     def __init__(self, log: list, settings: dict, speeds_ms: tuple = ()):
         self.log, self.settings, self.speeds_ms = log, settings, list(speeds_ms)
 
     def request(self, message: tuple, timeout_s: float) -> dict:
-        self.log.append(message[:2] + message[4:5] + message[6:7])  # request, mode, count, first round
+        self.log.append(message[:2] + message[4:5] + message[6:8])  # request, mode, count, first round, lock held
         count = message[4] if len(message) > 4 else 10
         per_call_ms = self.speeds_ms.pop(0) if self.speeds_ms else 2.0
         return {"samples_ms": [per_call_ms] * count, "device_ms": None, "launch_overlapped": False,
@@ -71,22 +75,29 @@ class Reference:
 
 class Candidate:
     """The candidate's worker: answers the warm-up with a 2 ms call (50 timed calls of 100 ms),
-    its kernels' time `device_ms` (None: the CPU)."""
+    its kernels' time `device_ms` (None: the CPU), and the backend settings it left in force."""
 
-    def __init__(self, device_ms: float | None = None):
-        self.device_ms = device_ms
+    def __init__(self, device_ms: float | None = None, settings: dict | None = None):
+        self.device_ms, self.settings = device_ms, settings or {}
 
     def request(self, message: tuple, timeout_s: float) -> dict:
         assert message[0] == "warm"
         return {"per_call_ms": 2.0, "device_ms": self.device_ms, "device_busy_ms": None, "kernel_names": [],
-                "own_kernel_names": [], "launch_overlapped": False, "findings": [], "precision": []}
+                "own_kernel_names": [], "launch_overlapped": False, "findings": [], "precision": [],
+                "backend_settings": self.settings}
 
 
 def time_with(run: Evaluation, monkeypatch, timed_request) -> None:
     """`run`'s candidate timed with `timed_request` in place of the worker's timed requests, no
-    lock, fresh sets or CPU watch check around them."""
+    lock, fresh sets or CPU watch check around them; what the evaluator runs right before the
+    candidate's timed calls (an eager round) first, as _timed_request does."""
+    def eager_round_first(worker, reference_worker, warm, count, before_time=None):
+        if before_time is not None:
+            before_time()
+        return timed_request(worker, reference_worker, warm, count)
+
     monkeypatch.setattr(run, "_timing_lock", lambda who, worker: contextlib.nullcontext())
-    monkeypatch.setattr(run, "_timed_request", timed_request)
+    monkeypatch.setattr(run, "_timed_request", eager_round_first)
     monkeypatch.setattr(run, "_collect_fresh_sets", lambda reference_worker: None)
     monkeypatch.setattr(run, "_check_watched_time", lambda median, audit: None)
 
@@ -106,9 +117,10 @@ def test_candidate_and_eager_rounds_alternate_and_each_side_pools_its_samples(mo
     time_with(run, monkeypatch, timed_request)
     monkeypatch.setattr(run, "_set_count", lambda: run.config.trials + 3)
     reference = Reference(log, settings)
-    run._time_candidate(Candidate(), reference, [{"inputs": [], "outputs": []}])
-    assert log == [("time", 17), ("baseline", "eager", 17, True), ("time", 17), ("baseline", "eager", 17, False),
-                   ("time", 16), ("baseline", "eager", 16, False)]
+    run._time_candidate(Candidate(settings=settings), reference, [{"inputs": [], "outputs": []}])
+    # Each eager round right before its round of the candidate's, in the candidate's hold of the lock.
+    assert log == [("baseline", "eager", 17, True, True), ("time", 17), ("baseline", "eager", 17, False, True),
+                   ("time", 17), ("baseline", "eager", 16, False, True), ("time", 16)]
     run._time_baselines(reference)
     assert len(log) == 6  # the eager baseline is not measured again after the candidate
     assert run.result.timing["candidate"].samples == run.result.timing["eager"].samples == 50
@@ -135,7 +147,7 @@ def test_the_speedup_in_rounds_divides_the_sides_lower_deciles(monkeypatch, tmp_
     time_with(run, monkeypatch, timed_request)
     monkeypatch.setattr(run, "_set_count", lambda: run.config.trials + 3)
     reference = Reference([], settings, speeds_ms=(2.0, 1.0, 2.0))
-    run._time_candidate(Candidate(), reference, [{"inputs": [], "outputs": []}])
+    run._time_candidate(Candidate(settings=settings), reference, [{"inputs": [], "outputs": []}])
     run._time_baselines(reference)
     run._speedups()
     assert run.result.timing["eager"].median_ms / run.result.timing["candidate"].median_ms == 2.0
@@ -253,7 +265,9 @@ def test_a_verdict_in_a_round_ends_the_rounds(monkeypatch):
 
     time_with(run, monkeypatch, timed_request)
     run._time_candidate(Candidate(), Reference(log, {}), [{"inputs": [], "outputs": []}])
-    assert log == [("time", 17)]  # neither another round of the candidate's nor one of eager's
+    # The first eager round came before; after the verdict neither another round of the
+    # candidate's nor one of eager's.
+    assert log == [("baseline", "eager", 17, True, True), ("time", 17)]
 
 
 def test_with_one_round_eager_is_measured_after_the_candidate_and_cached(monkeypatch, tmp_path):
@@ -268,14 +282,20 @@ def test_with_one_round_eager_is_measured_after_the_candidate_and_cached(monkeyp
     assert len(list((tmp_path / "cache" / "baselines").glob("*.json"))) == 1
 
 
-def test_a_cpu_evaluation_times_eager_in_rounds_between_the_candidates(tmp_path):
+def test_a_cpu_evaluation_times_eager_in_rounds_between_the_candidates(tmp_path, monkeypatch):
     """End to end on the CPU backend: three timed requests of the candidate, the eager baseline's
-    samples as many as the candidate's, and no eager entry in the baseline cache."""
+    samples as many as the candidate's, and no eager entry in the baseline cache. Each eager round
+    runs inside the candidate's hold of the timing lock (the reference's worker takes none of
+    its own), right before the candidate's round."""
+    log = tmp_path / "lock.log"
+    monkeypatch.setenv("CUDAAGENT_LOCK_LOG", str(log))
     config = EvalConfig(device="cpu", baselines=("eager",), cache_dir=tmp_path / "cache",
                         timing_config=TimingConfig(timing_rounds=3))
     result = evaluate(PROBLEMS / "leaky_relu.py", CPU_CANDIDATES / "leaky_relu.py", config)
     assert result.passed, result.summary()
     assert len(result.env["timed_loop"]) == 3
+    holders = [line.split()[1] for line in log.read_text().splitlines()]
+    assert len(holders) == 4 and all(">" in holder for holder in holders), holders  # warm-up and three rounds
     # As many as the candidate's or, where eager ran slower, as many as fit its rounds' time.
     assert 6 <= result.timing["eager"].samples <= result.timing["candidate"].samples
     assert len(result.timing_rounds) == 3
@@ -283,9 +303,9 @@ def test_a_cpu_evaluation_times_eager_in_rounds_between_the_candidates(tmp_path)
         assert sum(len(round_[f"{side}_samples_ms"]) for round_ in result.timing_rounds) == result.timing[side].samples
         assert [len(round_[f"{side}_started_ms"]) for round_ in result.timing_rounds] == \
             [len(round_[f"{side}_samples_ms"]) for round_ in result.timing_rounds]
-    # When each call began, after the first: the sides' rounds one after the other in time, as run.
+    # When each call began, after the first: each eager round, then its round of the candidate's.
     starts = [start for round_ in result.timing_rounds
-              for start in round_["candidate_started_ms"] + round_["eager_started_ms"]]
+              for start in round_["eager_started_ms"] + round_["candidate_started_ms"]]
     assert starts[0] == 0.0 and starts == sorted(starts) and len(set(starts)) == len(starts)
     assert result.speedup_vs_eager == result.timing["eager"].fast_ms / result.timing["candidate"].fast_ms
     assert Result.from_json(result.to_json()).timing_rounds == result.timing_rounds  # kept in the file
