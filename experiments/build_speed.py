@@ -220,41 +220,42 @@ def timed_steps(build: dict, fast: bool, root: Path | None, directory: Path) -> 
     from torch.utils import cpp_extension
 
     extra_cflags = list(build["extra_cflags"] or [])
-    if fast and root is not None:
-        variant = pch_variant(extra_cflags, bool(build["with_cuda"]))
-        extra_cflags += ["-include", str(ensure_pch(root, variant))]
-    # The machine's own list where it sets one (the H100 machine: 9.0a), else what torch picks on an H100.
-    os.environ["TORCH_CUDA_ARCH_LIST"] = os.environ.get("TORCH_CUDA_ARCH_LIST") or H100_ARCH
-    directory.mkdir(parents=True)
-    # fast: the .cu through split_nvcc (what the candidate's worker sets up), plain: nvcc itself
-    nvcc_before = os.environ.pop("PYTORCH_NVCC", None)
-    if fast:
-        os.environ["PYTORCH_NVCC"] = split_nvcc_command()
-    cpp_extension._write_ninja_file_to_build_library(
-        path=str(directory / "build.ninja"), name=build["name"], sources=build["sources"],
-        extra_cflags=extra_cflags, extra_cuda_cflags=build["extra_cuda_cflags"] or [], extra_sycl_cflags=[],
-        extra_ldflags=build["extra_ldflags"] or [], extra_include_paths=build["extra_include_paths"] or [],
-        with_cuda=build["with_cuda"], with_sycl=False, is_standalone=False)
-    os.environ.pop("PYTORCH_NVCC", None)
-    if nvcc_before is not None:
-        os.environ["PYTORCH_NVCC"] = nvcc_before
-    steps = {}
     # fast: the header diet and the binding split as the candidate's worker has them (on by
-    # default), a binding written in the .cu compiled in load_inline's bare main.cpp.
+    # default), a binding written in the .cu compiled in load_inline's bare main.cpp, its lean copy
+    # without the shared PCH where it has one (fast_build's jit_compile).
     # (load_inline wrote the sources where it builds: here the folder they were captured in)
     moved = binding_to_main(build["sources"], Path(build["sources"][0]).parent) if fast else None
-    environment = {**os.environ, header_diet.ENV: "1" if fast else "0"}
     try:
+        if fast and root is not None and (moved is None or moved.lean_text is None):
+            variant = pch_variant(extra_cflags, bool(build["with_cuda"]))
+            extra_cflags += ["-include", str(ensure_pch(root, variant))]
+        # The machine's own list where it sets one (the H100 machine: 9.0a), else what torch picks on an H100.
+        os.environ["TORCH_CUDA_ARCH_LIST"] = os.environ.get("TORCH_CUDA_ARCH_LIST") or H100_ARCH
+        directory.mkdir(parents=True)
+        # fast: the .cu through split_nvcc (what the candidate's worker sets up), plain: nvcc itself
+        nvcc_before = os.environ.pop("PYTORCH_NVCC", None)
+        if fast:
+            os.environ["PYTORCH_NVCC"] = split_nvcc_command()
+        cpp_extension._write_ninja_file_to_build_library(
+            path=str(directory / "build.ninja"), name=build["name"], sources=build["sources"],
+            extra_cflags=extra_cflags, extra_cuda_cflags=build["extra_cuda_cflags"] or [], extra_sycl_cflags=[],
+            extra_ldflags=build["extra_ldflags"] or [], extra_include_paths=build["extra_include_paths"] or [],
+            with_cuda=build["with_cuda"], with_sycl=False, is_standalone=False)
+        os.environ.pop("PYTORCH_NVCC", None)
+        if nvcc_before is not None:
+            os.environ["PYTORCH_NVCC"] = nvcc_before
+        steps = {}
+        environment = {**os.environ, header_diet.ENV: "1" if fast else "0"}
         for source in build["sources"]:
             target = Path(source).name.replace(".cu", ".cuda.o") if source.endswith(".cu") else f"{Path(source).stem}.o"
             command = ["ninja", "-C", str(directory), target]
             _, wall_s, cpu_s = measured(lambda command=command: subprocess.run(command, check=True, capture_output=True,
                                                                                 env=environment))
             steps[target] = (wall_s, cpu_s)
+        return steps
     finally:
         if moved is not None:
             moved.undo()
-    return steps
 
 
 def build_totals(steps: pd.DataFrame) -> pd.DataFrame:

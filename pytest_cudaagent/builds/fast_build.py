@@ -466,6 +466,12 @@ def install(pch_root: Path | None, split: bool = True, diet: bool = False, lean:
             if moved is None:
                 return build()
             try:
+                if moved.lean_text is not None:
+                    try:
+                        return _without_pch(arguments, build)
+                    except Exception as error:  # noqa: BLE001 - the binding on torch/extension.h decides
+                        logger.info("the moved binding's lean copy did not build (%s): on torch/extension.h", error)
+                        moved.on_extension_h()
                 return build()
             except Exception as error:  # noqa: BLE001 - the build as written decides
                 logger.info("the binding moved into main.cpp did not build (%s): building as written", error)
@@ -477,6 +483,20 @@ def install(pch_root: Path | None, split: bool = True, diet: bool = False, lean:
     cpp_extension._jit_compile = jit_compile
 
 
+def _without_pch(arguments, build):
+    """`build()` with the shared PCH left out of the C++ flags (a lean main.cpp includes less than
+    the PCH holds, and loading it cost more than parsing what it does include), then put back."""
+    flags = list(arguments.get("extra_cflags") or [])
+    kept = [flag for index, flag in enumerate(flags)
+            if not (flag == "-include" and index + 1 < len(flags) and flags[index + 1].endswith(PCH_HEADER))
+            and not (index > 0 and flags[index - 1] == "-include" and flag.endswith(PCH_HEADER))]
+    arguments["extra_cflags"] = kept
+    try:
+        return build()
+    finally:
+        arguments["extra_cflags"] = flags
+
+
 # load_inline's main.cpp when the binding is the .cu's own: the include and an empty C++ source.
 BARE_MAIN = "#include <torch/extension.h>"
 BINDING_REFUSED = ".cudaagent-binding-as-written"  # in the build directory: once failed, not tried again
@@ -484,11 +504,18 @@ BINDING_REFUSED = ".cudaagent-binding-as-written"  # in the build directory: onc
 
 @dataclass
 class MovedBinding:
-    """A `.cu`'s PYBIND11_MODULE block moved into `main.cpp` for one build (binding_to_main)."""
+    """A `.cu`'s PYBIND11_MODULE block moved into `main.cpp` for one build (binding_to_main):
+    first its lean copy (`lean_text`, header_diet.lean_binding) where it has one, then
+    `extension_text`, on torch/extension.h."""
 
     main: Path
     main_text: str
     build_directory: Path
+    extension_text: str = ""
+    lean_text: str | None = None
+
+    def on_extension_h(self) -> None:
+        self.main.write_text(self.extension_text)
 
     def undo(self) -> None:
         """main.cpp as load_inline wrote it, and nvcc told nothing (torch hashed what it built)."""
@@ -525,8 +552,14 @@ def binding_to_main(sources, build_directory) -> MovedBinding | None:
     parts = binding_split.split(cuda_text, str(cuda[0].resolve()))
     if isinstance(parts, str):
         return None
-    moved = MovedBinding(mains[0], main_text, Path(build_directory))
-    mains[0].write_text(main_text + parts.binding)
+    from torch.utils import cpp_extension
+
+    lean_text, why_not_lean = header_diet.lean_binding(parts.binding, str(mains[0].resolve()),
+                                                       cpp_extension.include_paths())
+    if why_not_lean:
+        logger.info("the moved binding is compiled on torch/extension.h: %s", why_not_lean)
+    moved = MovedBinding(mains[0], main_text, Path(build_directory), main_text + parts.binding, lean_text)
+    mains[0].write_text(lean_text if lean_text is not None else moved.extension_text)
     os.environ[split_nvcc.BINDING_IN_MAIN_ENV] = str(cuda[0].resolve())
     return moved
 

@@ -83,16 +83,17 @@ def _neutral(word: str, own_macros: set[str]) -> bool:
             or word.startswith("TORCH_VERSION"))
 
 
-def why_not(text: str, include: re.Pattern = FULL_INCLUDE) -> str | None:
+def why_not(text: str, include: re.Pattern = FULL_INCLUDE, left_out_api: re.Pattern = LEFT_OUT_API) -> str | None:
     """Why this CUDA source is compiled as written, not as a copy on torch/types.h; None: diet it.
-    `include`: the lines the copy replaces (the lean copy also replaces torch/types.h)."""
+    `include`: the lines the copy replaces (the lean copy also replaces torch/types.h);
+    `left_out_api`: the names the copy does not declare (a binding's copy declares pybind's)."""
     first_include = include.search(text)
     if first_include is None:
         return ("no torch/extension.h, torch/torch.h or torch/all.h include" if include is FULL_INCLUDE
                 else "no torch include (torch/extension.h, torch.h, all.h, types.h)")
     if RAW_STRING.search(text):
         return "a raw string literal (an include line could be text)"
-    left_out = LEFT_OUT_API.search(text)
+    left_out = left_out_api.search(text)
     if left_out is None and USING_TORCH.search(text):
         left_out = UNQUALIFIED_LEFT_OUT.search(text)
     if left_out is not None:
@@ -223,12 +224,13 @@ def _operator(name: str, ops: frozenset[str]) -> str | None:
     return match.group(1) if match and match.group(1) in ops else None
 
 
-def lean_why_not(text: str, ops: frozenset[str], overloaded: frozenset[str] = frozenset()) -> str | None:
+def lean_why_not(text: str, ops: frozenset[str], overloaded: frozenset[str] = frozenset(),
+                 left_out_api: re.Pattern = LEFT_OUT_API) -> str | None:
     """Why no lean copy of this source is tried (None: try it first). `overloaded`: the names
     ATen/Functions.h defines overloads of itself (functions_h_overloads)."""
     if not ops:
         return "no ATen/ops headers on the include path"
-    reason = why_not(text, ANY_TORCH_INCLUDE)
+    reason = why_not(text, ANY_TORCH_INCLUDE, left_out_api)
     if reason:
         return reason
     refused = LEAN_REFUSED.search(text)
@@ -245,11 +247,12 @@ def lean_why_not(text: str, ops: frozenset[str], overloaded: frozenset[str] = fr
     return None
 
 
-def leaned(text: str, original_path: str, ops: frozenset[str]) -> str:
+def leaned(text: str, original_path: str, ops: frozenset[str], extra_headers: tuple[str, ...] = ()) -> str:
     """The lean copy: each torch include line becomes the lean headers and the operators the
-    source names, then a #line that puts the next line back at its own number."""
+    source names (then `extra_headers`), then a #line that puts the next line back at its own
+    number."""
     named = sorted({header for word in set(IDENTIFIER.findall(text)) if (header := _operator(word, ops))})
-    includes = [*LEAN_HEADERS, *(f"ATen/ops/{name}.h" for name in named)]
+    includes = [*LEAN_HEADERS, *(f"ATen/ops/{name}.h" for name in named), *extra_headers]
     aliases = sorted({name for namespace, name in QUALIFIED.findall(text)
                       if namespace == "torch" and name in TORCH_DTYPE_ALIASES})
     torch_namespace = LEAN_TORCH_NAMESPACE.replace(
@@ -261,6 +264,30 @@ def leaned(text: str, original_path: str, ops: frozenset[str]) -> str:
         return "\n".join([*lines, torch_namespace, line_directive(line + 1, original_path)])
 
     return _named_copy(original_path) + ANY_TORCH_INCLUDE.sub(block, text)
+
+
+# -- the binding's lean copy: the lean headers and torch's pybind, for a binding split off its .cu
+#
+# A binding (binding_split.py: declarations of the source's functions and its PYBIND11_MODULE
+# block) compiled in load_inline's main.cpp included all of torch/extension.h, through the shared
+# precompiled header of it: on the 2-core box 12.7 CPU s for one published-style binding at -O3
+# with a PCH of torch/types.h and pybind, 18.1 without one, 5.1 on the lean headers and
+# torch/csrc/utils/pybind.h with no PCH at all (2026-11-27). What torch/extension.h adds to
+# pybind.h's includes (torch/all.h's C++ frontend, torch/python.h) declares no pybind11 type
+# caster, so each argument the module converts converts the same way; the rest is the lean
+# copy's rules (a name the copy lacks fails to compile; one that could resolve otherwise refuses
+# the copy), with pybind's and Python's own names allowed, since pybind.h declares them all.
+BINDING_HEADER = "torch/csrc/utils/pybind.h"
+BINDING_LEFT_OUT_API = re.compile(rf"\bTHP\w+|\btorch::({'|'.join(LEFT_OUT_NAMESPACES + LEFT_OUT_QUALIFIED_ONLY)})\b")
+
+
+def lean_binding(binding: str, original_path: str, include_dirs: list[str]) -> tuple[str | None, str | None]:
+    """(the binding's lean copy, None) or (None, why it is compiled on torch/extension.h)."""
+    ops = ops_names(include_dirs)
+    reason = lean_why_not(binding, ops, functions_h_overloads(include_dirs), BINDING_LEFT_OUT_API)
+    if reason:
+        return None, reason
+    return leaned(binding, original_path, ops, (BINDING_HEADER,)), None
 
 
 def _include_dirs(argv: list[str]) -> list[str]:

@@ -147,17 +147,17 @@ needs_nvcc = pytest.mark.skipif(NVCC is None or shutil.which("ninja") is None, r
 
 
 def ninja_build(directory: Path, source: str, diet: bool, extra_cflags: tuple = (), main: str = "",
-                environment: dict | None = None) -> dict:
+                environment: dict | None = None, main_text: str | None = None) -> dict:
     """The objects of a CUDA extension as load_inline lays it out (main.cpp, cuda.cu), from the
     ninja file torch writes, nvcc being the wrapper: ninja's status, the wrapper's log line, the
-    CUDA object's symbols."""
+    CUDA object's symbols. main.cpp is load_inline's include and `main`, or `main_text` alone."""
     from torch.utils import cpp_extension
 
     from experiments.build_speed import stub_headers
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "cuda.cu").write_text(source)
-    (directory / "main.cpp").write_text("#include <torch/extension.h>\n" + main)
+    (directory / "main.cpp").write_text(main_text if main_text is not None else "#include <torch/extension.h>\n" + main)
     writer = cpp_extension._write_ninja_file_to_build_library
     arguments = {"name": "split_ext", "sources": [str(directory / "main.cpp"), str(directory / "cuda.cu")],
                  "extra_cflags": list(extra_cflags), "extra_cuda_cflags": ["-O3"], "extra_sycl_cflags": [],
@@ -277,3 +277,29 @@ def test_with_the_binding_moved_into_main_cpp_the_cu_compiles_its_kernels_only(t
     assert "PyInit_split_ext" in main_exports and "PyInit_split_ext" not in cuda_exports
     called = {name for name, kind in run["main_symbols"] if kind == "U" and name.startswith("_Z7forward")}
     assert called and called <= cuda_exports
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_the_moved_bindings_lean_copy_builds_and_binds_what_the_one_on_torch_extension_h_binds(tmp_path):
+    """fast_build.binding_to_main first compiles the binding's lean copy (header_diet.lean_binding:
+    ATen's Tensor and torch's pybind, no torch/extension.h): with an alias, py::arg defaults, an
+    overload_cast and a lambda, it builds, holds the module, and calls the kernels' object for
+    exactly the functions the binding on torch/extension.h calls (the same mangled signatures)."""
+    from torch.utils import cpp_extension
+
+    builds = {}
+    for level in ("lean", "extension"):
+        directory = tmp_path / level
+        parts = binding_split.split(ALIAS_ARGS_AND_OVERLOADS, str(directory / "cuda.cu"))
+        lean, why = header_diet.lean_binding(parts.binding, str(directory / "main.cpp"), cpp_extension.include_paths())
+        assert why is None and "torch/extension.h" not in lean, why
+        main_text = lean if level == "lean" else "#include <torch/extension.h>\n" + parts.binding
+        builds[level] = run = ninja_build(directory, ALIAS_ARGS_AND_OVERLOADS, diet=True, main_text=main_text,
+                                          environment={split_nvcc.BINDING_IN_MAIN_ENV: str(directory / "cuda.cu")})
+        assert run["returncode"] == 0, run["output"][-3000:]
+        assert "PyInit_split_ext" in global_symbols(run["main_symbols"])
+    called = {level: {name for name, kind in run["main_symbols"] if kind == "U" and name.startswith("_Z7forward")}
+              for level, run in builds.items()}
+    assert called["lean"] and called["lean"] == called["extension"]
+    assert called["lean"] <= global_symbols(builds["lean"]["symbols"])

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from pytest_cudaagent import evaluate
-from pytest_cudaagent.builds import fast_build
+from pytest_cudaagent.builds import fast_build, header_diet
 from pytest_cudaagent.builds.fast_build import (
     BUILD_LOG,
     PCH_HEADER,
@@ -434,9 +434,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("zero", &zero); }
 """
 
 
-def _fake_builds(monkeypatch, tmp_path, fail_moved: bool = False):
+def _fake_builds(monkeypatch, tmp_path, fail_moved: bool = False, fail_lean: bool = False, flags: list | None = None):
     """load_inline's files in a build directory, and torch's _jit_compile replaced by one that
-    records what main.cpp and the nvcc wrapper's variable held when it ran."""
+    records what main.cpp and the nvcc wrapper's variable held when it ran (and its C++ flags
+    into `flags`). `fail_moved`: every build of a moved binding fails; `fail_lean`: its lean copy's."""
     from torch.utils import cpp_extension
 
     from pytest_cudaagent.builds import split_nvcc
@@ -446,8 +447,11 @@ def _fake_builds(monkeypatch, tmp_path, fail_moved: bool = False):
     def jit_compile(name, sources, extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths,
                     build_directory, verbose, with_cuda, is_python_module, is_standalone, keep_intermediates=True):
         moved = os.environ.get(split_nvcc.BINDING_IN_MAIN_ENV)
-        seen.append((Path(sources[0]).read_text(), moved))
-        if fail_moved and moved:
+        main_text = Path(sources[0]).read_text()
+        seen.append((main_text, moved))
+        if flags is not None:
+            flags.append(list(extra_cflags or []))
+        if fail_moved and moved or fail_lean and header_diet.BINDING_HEADER in main_text:
             raise RuntimeError("Error building extension 'ext': the binding needs kThreads")
         return "module"
 
@@ -456,7 +460,7 @@ def _fake_builds(monkeypatch, tmp_path, fail_moved: bool = False):
     return seen
 
 
-def _call(tmp_path, main_text=fast_build.BARE_MAIN + "\n", cuda_text=BINDING_IN_CU, cuda_files=1):
+def _call(tmp_path, main_text=fast_build.BARE_MAIN + "\n", cuda_text=BINDING_IN_CU, cuda_files=1, extra_cflags=None):
     from torch.utils import cpp_extension
 
     (tmp_path / "main.cpp").write_text(main_text)
@@ -464,7 +468,7 @@ def _call(tmp_path, main_text=fast_build.BARE_MAIN + "\n", cuda_text=BINDING_IN_
     for index in range(cuda_files):
         (tmp_path / f"cuda{index or ''}.cu").write_text(cuda_text)
         sources.append(str(tmp_path / f"cuda{index or ''}.cu"))
-    return cpp_extension._jit_compile(name="ext", sources=sources, extra_cflags=None, extra_cuda_cflags=None,
+    return cpp_extension._jit_compile(name="ext", sources=sources, extra_cflags=extra_cflags, extra_cuda_cflags=None,
                                       extra_ldflags=None, extra_include_paths=None, build_directory=str(tmp_path),
                                       verbose=False, with_cuda=True, is_python_module=True, is_standalone=False)
 
@@ -477,7 +481,9 @@ def test_a_cu_with_its_binding_gets_it_compiled_in_main_cpp_for_the_build(monkey
     assert _call(tmp_path) == "module"
     (main_text, moved), = seen
     assert moved == str((tmp_path / "cuda.cu").resolve())
-    assert main_text.startswith(fast_build.BARE_MAIN) and "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)" in main_text
+    # Its lean copy: ATen's Tensor and torch's pybind, not torch/extension.h.
+    assert "#include <torch/csrc/utils/pybind.h>" in main_text and "torch/extension.h" not in main_text
+    assert "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)" in main_text
     assert "torch::Tensor zero(torch::Tensor y)\n;" in main_text  # the declaration of what it calls
     # After the build: main.cpp as load_inline wrote it, the wrapper told nothing.
     assert (tmp_path / "main.cpp").read_text() == fast_build.BARE_MAIN + "\n"
@@ -486,13 +492,52 @@ def test_a_cu_with_its_binding_gets_it_compiled_in_main_cpp_for_the_build(monkey
 
 def test_a_moved_binding_that_does_not_build_is_built_as_written_and_not_tried_again(monkeypatch, tmp_path,
                                                                                      nvcc_environment):
+    """Its lean copy, then on torch/extension.h, then as written; the next build as written at once."""
     seen = _fake_builds(monkeypatch, tmp_path, fail_moved=True)
     fast_build.install(None, split=True, diet=True)
     assert _call(tmp_path) == "module"
-    assert [moved is not None for _, moved in seen] == [True, False]
-    assert seen[1][0] == fast_build.BARE_MAIN + "\n"
+    assert [moved is not None for _, moved in seen] == [True, True, False]
+    assert header_diet.BINDING_HEADER in seen[0][0]
+    assert seen[1][0].startswith(fast_build.BARE_MAIN) and "PYBIND11_MODULE" in seen[1][0]
+    assert seen[2][0] == fast_build.BARE_MAIN + "\n"
     assert (tmp_path / fast_build.BINDING_REFUSED).exists()
-    assert _call(tmp_path) == "module" and [moved is not None for _, moved in seen] == [True, False, False]
+    assert _call(tmp_path) == "module" and [moved is not None for _, moved in seen] == [True, True, False, False]
+
+
+def test_a_lean_binding_that_does_not_build_is_built_on_torch_extension_h_with_the_shared_pch(
+        monkeypatch, tmp_path, nvcc_environment):
+    """The lean copy is built without the shared PCH (which holds all of torch/extension.h);
+    where it fails, the binding on torch/extension.h is built with the PCH, still in main.cpp."""
+    flags: list = []
+    seen = _fake_builds(monkeypatch, tmp_path, fail_lean=True, flags=flags)
+    fast_build.install(None, split=True, diet=True)
+    pch = ["-O3", "-include", f"/cache/pch/x/{fast_build.PCH_HEADER}"]
+    assert _call(tmp_path, extra_cflags=list(pch)) == "module"
+    assert [moved is not None for _, moved in seen] == [True, True]
+    assert header_diet.BINDING_HEADER in seen[0][0] and seen[1][0].startswith(fast_build.BARE_MAIN)
+    assert flags == [["-O3"], pch]
+    assert not (tmp_path / fast_build.BINDING_REFUSED).exists()
+
+
+@pytest.mark.parametrize(("case", "binding_names"), [
+    ("a module of torch's C++ frontend", "torch::nn::Module"),
+    ("a THP function", "THPVariable_Wrap"),
+    ("a using-directive of torch", "using namespace torch"),
+])
+def test_a_binding_naming_what_the_lean_headers_leave_out_is_built_on_torch_extension_h(
+        monkeypatch, tmp_path, nvcc_environment, case, binding_names):
+    seen = _fake_builds(monkeypatch, tmp_path)
+    fast_build.install(None, split=True, diet=True)
+    block = 'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("zero", &zero); }'
+    named = {"torch::nn::Module": 'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("zero", &zero); '
+                                  'm.attr("kind") = sizeof(torch::nn::Module); }',
+             "THPVariable_Wrap": 'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("zero", &zero); '
+                                 'm.attr("wrap") = (size_t)&THPVariable_Wrap; }',
+             "using namespace torch": "using namespace torch;\n" + block}[binding_names]
+    assert _call(tmp_path, cuda_text=BINDING_IN_CU.replace(block, named)) == "module"
+    (main_text, moved), = seen
+    assert moved is not None and main_text.startswith(fast_build.BARE_MAIN), case
+    assert header_diet.BINDING_HEADER not in main_text, case
 
 
 @pytest.mark.parametrize(("case", "kwargs"), [
