@@ -270,9 +270,9 @@ def leaned(text: str, original_path: str, ops: frozenset[str], extra_headers: tu
 #
 # A binding (binding_split.py: declarations of the source's functions and its PYBIND11_MODULE
 # block) compiled in load_inline's main.cpp included all of torch/extension.h, through the shared
-# precompiled header of it: on the 2-core box 12.7 CPU s for one published-style binding at -O3
-# with a PCH of torch/types.h and pybind, 18.1 without one, 5.1 on the lean headers and
-# torch/csrc/utils/pybind.h with no PCH at all (2026-11-27). What torch/extension.h adds to
+# precompiled header of it: on the 2-core box 9.7-10.7 CPU s for one published-style binding at
+# -O3 with that PCH (760 MB to load), 19.2 without one, 5.4-5.8 on the lean headers and
+# torch/csrc/utils/pybind.h with no PCH at all (2026-11-27, docs/builds.md). What torch/extension.h adds to
 # pybind.h's includes (torch/all.h's C++ frontend, torch/python.h) declares no pybind11 type
 # caster, so each argument the module converts converts the same way; the rest is the lean
 # copy's rules (a name the copy lacks fails to compile; one that could resolve otherwise refuses
