@@ -1301,7 +1301,7 @@ class Evaluation:
             self.result.status = "passed"
 
     def _paired_rounds(self) -> list[dict]:
-        """Each round's candidate median beside the eager round timed right after it, where
+        """Each round's candidate median beside the eager round timed right before it, where
         there were several (TimingConfig.timing_rounds, host_bound_rounds). The host running a
         launch-bound call switches between two speeds (1.3-2x apart) within a fraction of a
         second on the H100 machine (docs/timing.md, "Host-bound calls"): a round's median is
