@@ -456,9 +456,11 @@ def install(pch_root: Path | None, split: bool = True, diet: bool = False, lean:
         headers = pch_headers(sources) if pch_root is not None else None
         variant = pch_variant(arguments.get("extra_cflags"), with_cuda, headers) if headers else None
         header = ready_pch(pch_root, variant) if variant is not None else None
-        if header is not None:
-            arguments["extra_cflags"] = [*(arguments.get("extra_cflags") or []), "-include", str(header)]
-        def build():
+        written_cflags = arguments.get("extra_cflags")
+        with_pch = [*(written_cflags or []), "-include", str(header)] if header is not None else written_cflags
+
+        def build(cflags=with_pch):
+            arguments["extra_cflags"] = cflags
             return niced(lambda: original(*bound.args, **bound.kwargs), BUILD_NICENESS)
 
         with build_lock(arguments["build_directory"]):
@@ -468,7 +470,9 @@ def install(pch_root: Path | None, split: bool = True, diet: bool = False, lean:
             try:
                 if moved.lean_text is not None:
                     try:
-                        return _without_pch(arguments, build)
+                        # Without the shared PCH: the lean main.cpp includes less than it holds,
+                        # and loading it cost more than parsing what main.cpp does include.
+                        return build(written_cflags)
                     except Exception as error:  # noqa: BLE001 - the binding on torch/extension.h decides
                         logger.info("the moved binding's lean copy did not build (%s): on torch/extension.h", error)
                         moved.on_extension_h()
@@ -481,20 +485,6 @@ def install(pch_root: Path | None, split: bool = True, diet: bool = False, lean:
             return build()
 
     cpp_extension._jit_compile = jit_compile
-
-
-def _without_pch(arguments, build):
-    """`build()` with the shared PCH left out of the C++ flags (a lean main.cpp includes less than
-    the PCH holds, and loading it cost more than parsing what it does include), then put back."""
-    flags = list(arguments.get("extra_cflags") or [])
-    kept = [flag for index, flag in enumerate(flags)
-            if not (flag == "-include" and index + 1 < len(flags) and flags[index + 1].endswith(PCH_HEADER))
-            and not (index > 0 and flags[index - 1] == "-include" and flag.endswith(PCH_HEADER))]
-    arguments["extra_cflags"] = kept
-    try:
-        return build()
-    finally:
-        arguments["extra_cflags"] = flags
 
 
 # load_inline's main.cpp when the binding is the .cu's own: the include and an empty C++ source.

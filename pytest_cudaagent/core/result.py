@@ -115,8 +115,9 @@ class Result:
     # (outside_view.Account): wall_ms, samples_ms, unaccounted_ms, allowed_ms, new_threads_cpu_ms.
     timed_request: dict[str, float] = field(default_factory=dict)
     # Where the candidate and the eager baseline were timed in alternating rounds
-    # (TimingConfig.timing_rounds, host_bound_rounds): each round's medians and samples,
-    # {"candidate_ms", "eager_ms", "candidate_samples_ms", "eager_samples_ms"}, in order.
+    # (TimingConfig.timing_rounds, host_bound_rounds): each round's medians, samples and the
+    # samples' start times, {"candidate_ms", "eager_ms", "candidate_samples_ms",
+    # "eager_samples_ms", "candidate_started_ms", "eager_started_ms"}, in order.
     # speedup_vs_eager is then the ratio of the two sides' lower deciles (TimingStats.fast_ms)
     # over all rounds.
     timing_rounds: list[dict] = field(default_factory=list)

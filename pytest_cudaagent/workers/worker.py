@@ -654,7 +654,6 @@ class ReferenceServer(RequestServer):
         import torch
 
         from ..timing.backend_settings import BackendSettings, applied, capture
-        from ..timing.host_quiet import fit_timed_threads
         from ..timing.locks import DeviceHold, device_lock, lock_path
         from ..timing.timer import Clock, Timer
 
@@ -667,19 +666,13 @@ class ReferenceServer(RequestServer):
         timer = Timer(Clock(device), config.timing_config)
         hold_here = (contextlib.nullcontext(DeviceHold(lock_path(device), quiet=True)) if lock_held
                      else device_lock(device, config.timing_config.quiet_wait_s))
-        threads_before = fit_timed_threads(device) if lock_held else None
-        try:
-            # torch.compile reads the settings when it compiles, inside the first timed-loop call.
-            with applied(BackendSettings.from_dict(settings)), torch.no_grad(), hold_here as hold:
-                timed_under = capture().to_dict()
-                if first_round:
-                    self._warmed_round = None  # another evaluation's (a shared reference), or none
-                measurement = self.timed_as_the_candidate(timer, fn, set_indices, count, round_ms)
-        finally:
-            if threads_before is not None:
-                torch.set_num_threads(threads_before)
-            if lock_held and device.startswith("cuda"):
-                torch.cuda.empty_cache()  # its staged sets and slab back to the device, for the candidate
+        for_the_evaluator = self._on_the_evaluators_hold() if lock_held else contextlib.nullcontext()
+        # torch.compile reads the settings when it compiles, inside the first timed-loop call.
+        with for_the_evaluator, applied(BackendSettings.from_dict(settings)), torch.no_grad(), hold_here as hold:
+            timed_under = capture().to_dict()
+            if first_round:
+                self._warmed_round = None  # another evaluation's (a shared reference), or none
+            measurement = self.timed_as_the_candidate(timer, fn, set_indices, count, round_ms)
         return {"samples_ms": measurement.samples_ms, "started_ns": measurement.started_ns, "device_ms": measurement.device_ms,
                 "launch_overlapped": measurement.launch_overlapped, "backend_settings": timed_under,
                 "quiet": hold.quiet, "beside": hold.beside}
@@ -771,19 +764,34 @@ class ReferenceServer(RequestServer):
         import torch
 
         from ..timing import gc_pause
+
+        with self._on_the_evaluators_hold():
+            try:
+                return self.measure_loop(overlap, staged, count)
+            except torch.OutOfMemoryError as error:
+                return {"unmeasured": f"no device memory to measure the timed loop's own cost ({str(error)[:200]})"}
+            finally:
+                gc_pause.resume()  # paused for the loop (measure_loop)
+
+    @contextlib.contextmanager
+    def _on_the_evaluators_hold(self):
+        """Around a request the evaluator times holding the timing lock on this process's behalf,
+        on the reserved cores (calibrate, an eager round beside the candidate's): torch's threads
+        fitted to those cores meanwhile (host_quiet.fit_timed_threads), and the device's cached
+        memory (flush buffer, staged sets, copy slab) given back after, for the candidate's calls
+        that follow."""
+        import torch
+
         from ..timing.host_quiet import fit_timed_threads
 
         threads_before = fit_timed_threads(self.device)
         try:
-            return self.measure_loop(overlap, staged, count)
-        except torch.OutOfMemoryError as error:
-            return {"unmeasured": f"no device memory to measure the timed loop's own cost ({str(error)[:200]})"}
+            yield
         finally:
-            gc_pause.resume()  # paused for the loop (measure_loop)
             if threads_before is not None:
                 torch.set_num_threads(threads_before)
             if self.device.startswith("cuda"):
-                torch.cuda.empty_cache()  # its flush buffer and staged sets back to the device, for the candidate
+                torch.cuda.empty_cache()
 
     def measure_loop(self, overlap: bool, staged: bool, count: int) -> dict:
         import torch
