@@ -189,7 +189,7 @@ run_section() {
                      identity_keep ;;
     # #40: launch-bound published-style cases, ours against KernelBench's own timing.
     speed-fidelity-launch-bound) python3 -m experiments.speed_fidelity --kernelbench "${KERNELBENCH:-.kernelbench}" \
-                                   --pairs experiments/speed_fidelity_cases/launch_bound/pairs.json \
+                                   --pairs "${FIDELITY_PAIRS:-experiments/speed_fidelity_cases/launch_bound/pairs.json}" \
                                    --policy calibration --repeats "${FIDELITY_REPEATS:-3}" \
                                    --json "$OUT/speed_fidelity_launch_bound.json" ;;
     # #40: what the candidate's timed path adds per operator over eager's on level 3's launch-bound outliers,
@@ -217,9 +217,10 @@ run_section() {
                     cp "$dir/pairs/level$level/problems/$name.py" /tmp/pure/problems/
                     cp "$dir/pairs/level$level/candidates/$name.py" /tmp/pure/candidates/
                   done
-                  python3 -m experiments.phase_profile --device cuda --no-timing --policy permissive --repeats 2 \
-                    --pairs /tmp/pure/problems /tmp/pure/candidates --json "$OUT/pure_phase_profile.json"
-                  python3 -m experiments.eval_side_by_side --kernelbench "${KERNELBENCH:-.kernelbench}" --work /tmp/pure-side \
+                  python3 -m experiments.phase_profile --device cuda --no-timing --policy permissive --repeats "${PURE_REPEATS:-2}" \
+                    --pairs /tmp/pure/problems /tmp/pure/candidates --json "$OUT/pure_phase_profile.json" \
+                    --cprofile "$OUT/pure_parent.prof"
+                  [ -n "${PURE_PROFILE_ONLY:-}" ] || python3 -m experiments.eval_side_by_side --kernelbench "${KERNELBENCH:-.kernelbench}" --work /tmp/pure-side \
                     --workers "${PURE_WORKERS:-8}" --pairs "$dir/pairs/level1/problems" "$dir/pairs/level1/candidates" \
                     --pairs "$dir/pairs/level2/problems" "$dir/pairs/level2/candidates" --json "$OUT/pure_side_by_side.json" ;;
     sandbox-layers) python3 -m experiments.sandbox_layers --json "$OUT/sandbox_layers.json" ;;

@@ -8,14 +8,21 @@ transfer included, and the parent's comparisons), with `phase_seconds` and the w
 Default pairs: the bundled examples with the bundled candidates for the device. The first
 repeat pays the cold build; the table shows every repeat and the medians of the warm ones.
 `--workers zygote,spawn` profiles both ways of starting the workers (zygote.py), one after the
-other, and prints the warm medians side by side."""
+other, and prints the warm medians side by side. `--cprofile FILE` profiles this (the evaluating)
+process's warm repeats with cProfile, prints the functions it spent most CPU in and each of its
+threads' CPU seconds (#41: the parent's 1-2 CPU s per evaluation on the GPU, 0.25 s on the CPU
+backend), and writes the pstats to FILE."""
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import os
+import pstats
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,13 +38,38 @@ from pytest_cudaagent.workers import zygote
 REPO = Path(__file__).resolve().parents[1]
 
 
-def profile_rows(pairs, config: EvalConfig, repeats: int, console: Console, workers: str = "zygote") -> list[dict]:
+def thread_cpu_seconds() -> dict[str, float]:
+    """This process's CPU seconds per thread (user + system, /proc/self/task), by the Python
+    thread's name where one runs on it, else the task's own name."""
+    names = {thread.native_id: thread.name for thread in threading.enumerate()}
+    ticks = os.sysconf("SC_CLK_TCK")
+    seconds = {}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                name = names.get(int(task), comm.read().strip())
+        except OSError:  # ended meanwhile
+            continue
+        seconds[f"{name} ({task})"] = (int(fields[11]) + int(fields[12])) / ticks
+    return seconds
+
+
+def profile_rows(pairs, config: EvalConfig, repeats: int, console: Console, workers: str = "zygote",
+                 profiler: cProfile.Profile | None = None) -> list[dict]:
     os.environ[zygote.ENABLE_ENV] = "1" if workers == "zygote" else "0"
     rows = []
     for repeat in range(repeats):
         for pair in pairs:
             started = time.perf_counter()
-            result = evaluate(pair.problem, pair.candidate, config)
+            if profiler is not None and repeat > 0:  # the warm repeats only: the first pays the builds
+                profiler.enable()
+            try:
+                result = evaluate(pair.problem, pair.candidate, config)
+            finally:
+                if profiler is not None:
+                    profiler.disable()
             wall = time.perf_counter() - started
             console.print(f"repeat {repeat}: {pair.candidate.name} {result.status} in {wall:.1f} s")
             rows.append({"workers": workers, "pair": pair.candidate.stem, "repeat": repeat, "status": result.status,
@@ -56,6 +88,20 @@ def print_table(frame: pd.DataFrame, console: Console, title: str) -> None:
     console.print(table)
 
 
+def print_parent_profile(profiler: cProfile.Profile, path: Path, threads_before: dict[str, float],
+                         console: Console) -> None:
+    profiler.dump_stats(path)
+    for order in ("tottime", "cumulative"):
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(30)
+        console.print(f"the evaluating process's main thread over the warm repeats, by {order}:")
+        console.print(text.getvalue(), markup=False, highlight=False)
+    after = thread_cpu_seconds()
+    spent = sorted(((name, after[name] - threads_before.get(name, 0.0)) for name in after), key=lambda kv: -kv[1])
+    console.print("CPU seconds per thread of the evaluating process (all repeats): "
+                  + ", ".join(f"{name} {seconds:.2f}" for name, seconds in spent if seconds >= 0.01))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", nargs=2, metavar=("PROBLEMS_DIR", "CANDIDATES_DIR"), type=Path)
@@ -66,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", default="zygote",
                         help="how workers start, comma-separated to compare: zygote (forked), spawn")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--cprofile", type=Path, metavar="FILE",
+                        help="cProfile this process over the warm repeats; pstats written to FILE")
     args = parser.parse_args(argv)
     modes = args.workers.split(",")
     if not set(modes) <= {"zygote", "spawn"}:
@@ -80,7 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     config = EvalConfig(device=device, policy=args.policy, timing=not args.no_timing,
                         baselines=() if args.no_timing else ("eager",))
     console = Console(width=200)
-    rows = [row for mode in modes for row in profile_rows(pairs, config, args.repeats, console, mode)]
+    profiler = cProfile.Profile() if args.cprofile else None
+    threads_before = thread_cpu_seconds()
+    rows = [row for mode in modes for row in profile_rows(pairs, config, args.repeats, console, mode, profiler)]
+    if profiler is not None:
+        print_parent_profile(profiler, args.cprofile, threads_before, console)
     frame = pd.DataFrame(rows).fillna(0.0)
     print_table(frame.drop(columns=["repeat"]).round(3), console, f"seconds per evaluation on {device}")
     # The first repeat builds cold, in the first mode only; later modes find the build cached.

@@ -916,13 +916,16 @@ class Evaluation:
         timed_count = fresh_call_count(warm["per_call_ms"], set_bytes, timing, warm["device_ms"])
         samples: list[float] = []
         counts = self._round_counts(timed_count, timing_rounds(warm["per_call_ms"], warm["device_ms"], timing))
-        for count in counts:
-            # Each eager round right before its round of the candidate's, in the same hold of the
-            # lock (_eager_round says why), as long as the candidate's last round took.
+        for index, count in enumerate(counts):
+            # Each eager round beside its round of the candidate's, in the same hold of the lock
+            # (_eager_round says why), as long as the candidate's last round took; before it in
+            # even rounds, after it in odd ones (whichever side goes first in a hold meets the
+            # host as the pause before left it).
             per_call_ms = statistics.median(self._candidate_rounds[-1]) if self._candidate_rounds else warm["per_call_ms"]
             eager_round = (functools.partial(self._eager_round, reference_worker, count, count * per_call_ms)
                            if len(counts) > 1 else None)
-            reply, audit = self._timed_round(worker, reference_worker, warm, count, eager_round)
+            reply, audit = self._timed_round(worker, reference_worker, warm, count, eager_round,
+                                             eager_first=index % 2 == 0)
             samples += reply["samples_ms"]
             self._candidate_rounds.append(reply["samples_ms"])
             self._candidate_round_starts.append([stamp[0] for stamp in reply.get("stamps_ns", [])])
@@ -954,16 +957,16 @@ class Evaluation:
     def _round_counts(self, timed_count: int, rounds: int) -> list[int]:
         """The candidate's timed calls split into `rounds` rounds (timer.timing_rounds; one where
         there is no eager baseline to interleave), each of at least min_samples // rounds calls
-        and two; each eager round is timed right before its round (_eager_round)."""
+        and two; each eager round is timed beside its round (_eager_round)."""
         rounds = rounds if self._interleaved is not None else 1
         floor = max(2, self.config.timing_config.min_samples // rounds)
         rounds = max(1, min(rounds, timed_count // floor))
         return [timed_count // rounds + (1 if index < timed_count % rounds else 0) for index in range(rounds)]
 
     def _timed_round(self, worker: Worker, reference_worker: Worker, warm: dict, count: int,
-                     eager_round: Callable[[], dict] | None = None) -> tuple[dict, dict]:
-        """One round of the candidate's timed calls, after `eager_round` where given: (reply,
-        audit). A timed request the evaluator's own view does not account for is timed again, on
+                     eager_round: Callable[[], dict] | None = None, eager_first: bool = True) -> tuple[dict, dict]:
+        """One round of the candidate's timed calls, with `eager_round` where given right before
+        them (`eager_first`) or right after: (reply, audit). A timed request the evaluator's own view does not account for is timed again, on
         fresh sets, before it is a verdict: on the GPU work of other processes (another
         evaluation's staging, a new worker's CUDA context) can stall the loop around the calls
         (#44: 11 of 13 honest level-2 identity pairs at 16 workers on the H200). A clock the
@@ -971,10 +974,10 @@ class Evaluation:
         attempt kept."""
         timing = self.config.timing_config
         eager_replies: list[dict] = []
-        before_time = (lambda: eager_replies.append(eager_round())) if eager_round is not None else None
+        beside = (lambda: eager_replies.append(eager_round())) if eager_round is not None else None
+        around = {"before_time": beside} if eager_first else {"after_time": beside}
         for attempt in range(1, timing.unaccounted_attempts + 1):
-            reply, audit, _, _, unaccounted = self._timed_request(worker, reference_worker, warm, count,
-                                                                  before_time=before_time)
+            reply, audit, _, _, unaccounted = self._timed_request(worker, reference_worker, warm, count, **around)
             if unaccounted is None or attempt == timing.unaccounted_attempts:
                 break
             self.result.env.setdefault("timed_again", []).append(unaccounted.detail[:300])
@@ -989,12 +992,15 @@ class Evaluation:
         calls, fewer where eager is slower, so that its round takes about the candidate's
         `round_ms` (a candidate 10x faster must not make eager's rounds take ten times as long);
         _time_baselines pools them, _paired_rounds pairs them. Run inside the candidate's hold of
-        the timing lock, right before its timed calls (_timed_request's `before_time`), on the
-        reserved cores: the H100 machine's host runs a launch-bound call at one of two speeds
-        for a second or so at a time, and an eager round timed after the candidate's audit and
-        the next round's fresh sets began 0.4-0.7 s after the candidate's round alone and 3-5 s
-        after it in a batch (2026-11-27, twelfth session: the rounds' start times), often at the
-        other speed (docs/timing.md, "Candidate and eager in rounds")."""
+        the timing lock, right before or right after its timed calls (_timed_request's
+        `before_time` and `after_time`, alternating round by round), on the reserved cores: the
+        H100 machine's host runs a launch-bound call at one of two speeds for a second or so at a
+        time, and an eager round timed after the candidate's audit and the next round's fresh
+        sets began 0.4-0.7 s after the candidate's round alone and 3-5 s after it in a batch
+        (2026-11-27, twelfth session: the rounds' start times), often at the other speed. Always
+        first in the hold, eager met the host as the pause before it left it: on the CPU box its
+        first calls of each round ran slow (conv3x3_relu 30-33 ms, then 23-24), so the side that
+        goes first alternates (docs/timing.md, "Candidate and eager in rounds")."""
         indices = self._warm_positions()
         settings = self.result.backend_settings["candidate"]
         with host_quiet.timed_hold(self.device, pid=reference_worker.process.pid):
@@ -1004,10 +1010,12 @@ class Evaluation:
                 worker=reference_worker, problem_side=True, record=False)
 
     def _timed_request(self, worker: Worker, reference_worker: Worker, warm: dict, timed_count: int,
-                       before_time: Callable[[], None] | None = None) -> tuple:
+                       before_time: Callable[[], None] | None = None,
+                       after_time: Callable[[], None] | None = None) -> tuple:
         """One timed request on fresh sets, its audit and its checks: (reply, audit, timed sets,
         audited sets, the timing_unaccounted violation or None, not yet added). `before_time`
-        runs in the same hold of the timing lock, just before the candidate's timed calls."""
+        runs in the same hold of the timing lock, just before the candidate's timed calls;
+        `after_time` just after them (once the idle watch has read the worker, before its audit)."""
         timing = self.config.timing_config
         fresh = self._fresh_sets(reference_worker, timed_count + self._audited_count())
         timed_sets, audited_sets = fresh[:timed_count], fresh[timed_count:]
@@ -1025,6 +1033,8 @@ class Evaluation:
             after = outside_view.snapshot(self._serving_pid)
             time.sleep(timing.idle_watch_ms / 1000)  # the worker idle: what its own threads do meanwhile
             idle = outside_view.snapshot(self._serving_pid)
+            if after_time is not None:
+                after_time()
             audit = worker.request(("audit", [_for_candidate(s) for s in audited_sets]), self.config.run_timeout_s)
         self._add_violations(reply["violations"] + audit["findings"])
         self._note_precision(audit["precision"])
@@ -1301,7 +1311,7 @@ class Evaluation:
             self.result.status = "passed"
 
     def _paired_rounds(self) -> list[dict]:
-        """Each round's candidate median beside the eager round timed right before it, where
+        """Each round's candidate median beside the eager round timed next to it, where
         there were several (TimingConfig.timing_rounds, host_bound_rounds). The host running a
         launch-bound call switches between two speeds (1.3-2x apart) within a fraction of a
         second on the H100 machine (docs/timing.md, "Host-bound calls"): a round's median is

@@ -89,15 +89,19 @@ class Candidate:
 
 def time_with(run: Evaluation, monkeypatch, timed_request) -> None:
     """`run`'s candidate timed with `timed_request` in place of the worker's timed requests, no
-    lock, fresh sets or CPU watch check around them; what the evaluator runs right before the
-    candidate's timed calls (an eager round) first, as _timed_request does."""
-    def eager_round_first(worker, reference_worker, warm, count, before_time=None):
+    lock, fresh sets or CPU watch check around them; what the evaluator runs beside the
+    candidate's timed calls (an eager round) right before or right after them, as _timed_request
+    does."""
+    def eager_round_beside(worker, reference_worker, warm, count, before_time=None, after_time=None):
         if before_time is not None:
             before_time()
-        return timed_request(worker, reference_worker, warm, count)
+        reply = timed_request(worker, reference_worker, warm, count)
+        if after_time is not None:
+            after_time()
+        return reply
 
     monkeypatch.setattr(run, "_timing_lock", lambda who, worker: contextlib.nullcontext())
-    monkeypatch.setattr(run, "_timed_request", eager_round_first)
+    monkeypatch.setattr(run, "_timed_request", eager_round_beside)
     monkeypatch.setattr(run, "_collect_fresh_sets", lambda reference_worker: None)
     monkeypatch.setattr(run, "_check_watched_time", lambda median, audit: None)
 
@@ -118,9 +122,10 @@ def test_candidate_and_eager_rounds_alternate_and_each_side_pools_its_samples(mo
     monkeypatch.setattr(run, "_set_count", lambda: run.config.trials + 3)
     reference = Reference(log, settings)
     run._time_candidate(Candidate(settings=settings), reference, [{"inputs": [], "outputs": []}])
-    # Each eager round right before its round of the candidate's, in the candidate's hold of the lock.
-    assert log == [("baseline", "eager", 17, True, True), ("time", 17), ("baseline", "eager", 17, False, True),
-                   ("time", 17), ("baseline", "eager", 16, False, True), ("time", 16)]
+    # Each eager round beside its round of the candidate's, in the candidate's hold of the lock:
+    # before it in the first and third rounds, after it in the second.
+    assert log == [("baseline", "eager", 17, True, True), ("time", 17), ("time", 17),
+                   ("baseline", "eager", 17, False, True), ("baseline", "eager", 16, False, True), ("time", 16)]
     run._time_baselines(reference)
     assert len(log) == 6  # the eager baseline is not measured again after the candidate
     assert run.result.timing["candidate"].samples == run.result.timing["eager"].samples == 50
@@ -286,7 +291,7 @@ def test_a_cpu_evaluation_times_eager_in_rounds_between_the_candidates(tmp_path,
     """End to end on the CPU backend: three timed requests of the candidate, the eager baseline's
     samples as many as the candidate's, and no eager entry in the baseline cache. Each eager round
     runs inside the candidate's hold of the timing lock (the reference's worker takes none of
-    its own), right before the candidate's round."""
+    its own), beside the candidate's round: before it, then after it, then before."""
     log = tmp_path / "lock.log"
     monkeypatch.setenv("CUDAAGENT_LOCK_LOG", str(log))
     config = EvalConfig(device="cpu", baselines=("eager",), cache_dir=tmp_path / "cache",
@@ -303,9 +308,11 @@ def test_a_cpu_evaluation_times_eager_in_rounds_between_the_candidates(tmp_path,
         assert sum(len(round_[f"{side}_samples_ms"]) for round_ in result.timing_rounds) == result.timing[side].samples
         assert [len(round_[f"{side}_started_ms"]) for round_ in result.timing_rounds] == \
             [len(round_[f"{side}_samples_ms"]) for round_ in result.timing_rounds]
-    # When each call began, after the first: each eager round, then its round of the candidate's.
-    starts = [start for round_ in result.timing_rounds
-              for start in round_["eager_started_ms"] + round_["candidate_started_ms"]]
+    # When each call began, after the first: the first round's eager calls, then its candidate's;
+    # the second round's candidate calls, then its eager ones; the third as the first.
+    starts = [start for index, round_ in enumerate(result.timing_rounds)
+              for start in (round_["eager_started_ms"] + round_["candidate_started_ms"] if index % 2 == 0
+                            else round_["candidate_started_ms"] + round_["eager_started_ms"])]
     assert starts[0] == 0.0 and starts == sorted(starts) and len(set(starts)) == len(starts)
     assert result.speedup_vs_eager == result.timing["eager"].fast_ms / result.timing["candidate"].fast_ms
     assert Result.from_json(result.to_json()).timing_rounds == result.timing_rounds  # kept in the file
