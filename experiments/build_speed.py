@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import os
 import resource
 import shutil
@@ -26,7 +27,7 @@ import pandas as pd
 from benchmark.leaderboard import markdown_table
 from experiments.throughput_templates import write_candidates
 from pytest_cudaagent import EvalConfig, evaluate
-from pytest_cudaagent.builds import header_diet
+from pytest_cudaagent.builds import header_diet, split_nvcc
 from pytest_cudaagent.builds.fast_build import (
     binding_to_main,
     ensure_pch,
@@ -173,6 +174,40 @@ def cuda_table(pairs, scratch: Path, modes: list[str], jobs: int) -> pd.DataFram
     for mode in modes[1:]:
         table[f"plain / {mode}"] = (table["plain build s"] / table[f"{mode} build s"]).round(2)
     return table
+
+
+def build_steps(scratch: Path, modes: list[str]) -> pd.DataFrame:
+    """What each build of the modes with the shared cache spent, step by step: ninja's own log of
+    each build directory (each target's wall time; a target built twice, as a lean binding that
+    did not build and its retry, appears twice) and the nvcc wrapper's lines (split_nvcc's log,
+    written into the build directory where `--build-logs` set a relative path): which copy of the
+    header diet compiled, and the copies that failed first."""
+    rows = []
+    for mode in modes:
+        if not CUDA_MODES[mode]["fast_build"]:
+            continue
+        for ninja_log in sorted((scratch / f"pch-cache-{mode}").rglob(".ninja_log")):
+            build = ninja_log.parent
+            for line in ninja_log.read_text().splitlines()[1:]:
+                start_ms, end_ms, _, target, _ = line.split("\t")
+                rows.append({"mode": mode, "build": build.name, "target": target,
+                             "wall s": round((int(end_ms) - int(start_ms)) / 1000, 1)})
+            nvcc_log = build / NVCC_LOG_NAME
+            for line in nvcc_log.read_text().splitlines() if nvcc_log.exists() else []:
+                entry = json.loads(line)
+                failed = entry.get("diet_failed") or []
+                rows.append({"mode": mode, "build": build.name, "target": f"nvcc {Path(entry.get('output', '?')).name}",
+                             "wall s": entry.get("wall_s"),
+                             "nvcc": f"path {entry.get('path')} diet {entry.get('diet')} level {entry.get('diet_level')} "
+                                     f"binding {entry.get('binding')}; failed first: "
+                                     + (", ".join(f"{attempt.get('level')} {attempt.get('wall_s')} s" for attempt in failed)
+                                        or "none")})
+    return pd.DataFrame(rows)
+
+
+# --build-logs: the nvcc wrapper's log, a relative path, so each build writes it in its own build
+# directory (ninja runs there), which is the one a sandboxed build may write.
+NVCC_LOG_NAME = "cudaagent-nvcc-log.jsonl"
 
 
 def cuda_summary(table: pd.DataFrame, modes: list[str]) -> str:
@@ -323,7 +358,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="with --device cuda: evaluations at a time")
     parser.add_argument("--modes", default="plain,split", help=f"with --device cuda: of {','.join(CUDA_MODES)}")
     parser.add_argument("--json", type=Path, help="with --device cuda: write the table here")
+    parser.add_argument("--build-logs", action="store_true",
+                        help="with --device cuda: print each shared-cache build's steps (ninja's log, the nvcc wrapper's)")
     args = parser.parse_args()
+    if args.build_logs:
+        os.environ[split_nvcc.LOG_ENV] = NVCC_LOG_NAME
     with tempfile.TemporaryDirectory(prefix="build-speed-") as scratch_name:
         scratch = Path(scratch_name)
         if args.device == "cuda":
@@ -335,6 +374,9 @@ def main() -> None:
             print("\nCold builds of CUDA candidates, evaluated (correctness only), an empty build cache each:")
             print(markdown_table(table))
             print(cuda_summary(table, modes))
+            if args.build_logs:
+                print("\nEach build's steps (ninja's log; the nvcc wrapper's lines):")
+                print(markdown_table(build_steps(scratch, modes)))
             if args.json:
                 args.json.write_text(table.to_json(orient="records", indent=1))
             return

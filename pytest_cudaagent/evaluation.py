@@ -42,6 +42,7 @@ from .rules.provenance import foreign_kernels
 from .rules.rules import get_policy
 from .rules.static_scan import scan_candidate
 from .system import proc_tree
+from .system.cores import evaluating_threads
 from .system.envinfo import collect_env
 from .timing import host_quiet
 from .timing.backend_settings import BackendSettings, diff
@@ -78,19 +79,25 @@ def evaluate(problem: str | Path, candidate: str | Path, config: EvalConfig | No
     config = config or EvalConfig()
     problem_path, found, device = checked_pair(problem, candidate, config)
     try:
-        gate = Gate(device)
-        with gate.shared(config.memory_policy, str(problem_path)) as hold:
-            first = _Attempt.run(problem_path, found, config, device, hold)
-        why = first.retry_reason()
-        if why is None:
-            return first.outcome()
-        with gate.alone(str(problem_path)) as hold:
-            second = _Attempt.run(problem_path, found, config, device, hold)
-        return second.outcome(retried=why, first=first)
+        with evaluating_threads():
+            return _evaluate_at_the_gate(problem_path, found, config, device)
     finally:
         # Workers that outlived their join's timeout on a loaded machine, reaped now rather than
         # left as zombies of a process that may evaluate for days.
         multiprocessing.active_children()
+
+
+def _evaluate_at_the_gate(problem_path: Path, found: Candidate, config: EvalConfig, device: str) -> Result:
+    """The first attempt with the device shared, and the second alone where the first is no verdict."""
+    gate = Gate(device)
+    with gate.shared(config.memory_policy, str(problem_path)) as hold:
+        first = _Attempt.run(problem_path, found, config, device, hold)
+    why = first.retry_reason()
+    if why is None:
+        return first.outcome()
+    with gate.alone(str(problem_path)) as hold:
+        second = _Attempt.run(problem_path, found, config, device, hold)
+    return second.outcome(retried=why, first=first)
 
 
 def checked_pair(problem: str | Path, candidate: str | Path, config: EvalConfig) -> tuple[Path, Candidate, str]:

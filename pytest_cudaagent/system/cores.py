@@ -4,7 +4,9 @@ container with a cpuset or a `taskset` wrapper sees a share of the machine; sizi
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 
 def usable_cores() -> int:
@@ -15,6 +17,37 @@ def usable_cores() -> int:
         except OSError:
             pass
     return max(1, os.cpu_count() or 1)
+
+
+def evaluating_processes() -> int:
+    """How many processes of this run evaluate at once: pytest-xdist's worker count where this
+    process is one of its workers (`cudaagent bench`), else 1."""
+    try:
+        return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    except ValueError:
+        return 1
+
+
+@contextlib.contextmanager
+def evaluating_threads() -> Iterator[int]:
+    """torch's intra-op threads in the evaluating process held to its share of the cores for the
+    block (yields the count), then set back. Its torch work is copies and equality checks of
+    outputs between waits, and each parallel region wakes a thread per core that spins on after
+    it: on the H100 machine (16 cores) the pool's 15 threads spent 0.6 CPU s each over eight
+    pure-PyTorch evaluations, twice the main thread's own work (#41, 2026-11-27), and in a batch
+    every evaluating process has such a pool."""
+    import torch
+
+    before = torch.get_num_threads()
+    share = max(1, usable_cores() // evaluating_processes())
+    if share >= before:
+        yield before
+        return
+    torch.set_num_threads(share)
+    try:
+        yield share
+    finally:
+        torch.set_num_threads(before)
 
 
 def cut(length: int, parts: int, unit: int) -> list[int]:
