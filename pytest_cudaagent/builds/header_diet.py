@@ -278,6 +278,10 @@ def leaned(text: str, original_path: str, ops: frozenset[str], extra_headers: tu
 # copy's rules (a name the copy lacks fails to compile; one that could resolve otherwise refuses
 # the copy), with pybind's and Python's own names allowed, since pybind.h declares them all.
 BINDING_HEADER = "torch/csrc/utils/pybind.h"
+# What every lean binding opens with, in its order (_named_copy's version header, then leaned's):
+# the shared precompiled header of the lean binding (fast_build.py) holds these; the operators a
+# binding names are then parsed after them rather than before pybind.h.
+LEAN_BINDING_HEADERS = (VERSION_INCLUDE.split("<")[1].rstrip(">"), *LEAN_HEADERS, BINDING_HEADER)
 BINDING_LEFT_OUT_API = re.compile(rf"\bTHP\w+|\btorch::({'|'.join(LEFT_OUT_NAMESPACES + LEFT_OUT_QUALIFIED_ONLY)})\b")
 
 

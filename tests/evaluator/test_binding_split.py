@@ -303,3 +303,39 @@ def test_the_moved_bindings_lean_copy_builds_and_binds_what_the_one_on_torch_ext
               for level, run in builds.items()}
     assert called["lean"] and called["lean"] == called["extension"]
     assert called["lean"] <= global_symbols(builds["lean"]["symbols"])
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_the_lean_binding_builds_on_its_shared_pch_and_binds_the_same(tmp_path, monkeypatch):
+    """The lean copy compiled with the shared PCH of its opening headers -included first
+    (fast_build.with_lean_binding_pch), as a cold `bench` builds it once that PCH is made: gcc
+    takes the PCH (`-H` marks a precompiled header it used with "!"; -Winvalid-pch would say why
+    not), and main.o holds the module and calls the kernels' object for the same functions as the
+    lean copy built without it."""
+    from torch.utils import cpp_extension
+
+    from pytest_cudaagent.builds import fast_build
+
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(Path(NVCC).resolve().parents[1]))
+    variant = fast_build.pch_variant(["-O3"], True, header_diet.LEAN_BINDING_HEADERS)
+    header = fast_build.ensure_pch(fast_build.pch_dir(tmp_path / "cache"), variant)
+    assert header is not None and fast_build.ready_pch(fast_build.pch_dir(tmp_path / "cache"), variant) == header
+    builds = {}
+    for level, flags in (("lean", ("-O3",)),
+                         ("lean with its pch", ("-O3", "-H", "-Winvalid-pch", "-include", str(header)))):
+        directory = tmp_path / level.replace(" ", "_")
+        parts = binding_split.split(ALIAS_ARGS_AND_OVERLOADS, str(directory / "cuda.cu"))
+        lean, why = header_diet.lean_binding(parts.binding, str(directory / "main.cpp"), cpp_extension.include_paths())
+        assert why is None, why
+        builds[level] = run = ninja_build(directory, ALIAS_ARGS_AND_OVERLOADS, diet=True, main_text=lean,
+                                          extra_cflags=flags,
+                                          environment={split_nvcc.BINDING_IN_MAIN_ENV: str(directory / "cuda.cu")})
+        assert run["returncode"] == 0, run["output"][-3000:]
+        assert "PyInit_split_ext" in global_symbols(run["main_symbols"])
+    output = builds["lean with its pch"]["output"]
+    assert f"! {header}.gch" in output.splitlines(), output[-2000:]
+    assert "not used because" not in output, output[-2000:]
+    called = {level: {name for name, kind in run["main_symbols"] if kind == "U" and name.startswith("_Z7forward")}
+              for level, run in builds.items()}
+    assert called["lean"] and called["lean"] == called["lean with its pch"]

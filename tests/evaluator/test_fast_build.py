@@ -504,22 +504,91 @@ def test_a_moved_binding_that_does_not_build_is_built_as_written_and_not_tried_a
     assert _call(tmp_path) == "module" and [moved is not None for _, moved in seen] == [True, True, False, False]
 
 
+def _ready_pchs(monkeypatch, ready: tuple) -> dict:
+    """Shared PCHs ready in the cache for the header sets in `ready` (any flags): the header path
+    each would be -included by."""
+    paths = {headers: f"/cache/pch/{'lean' if headers == header_diet.LEAN_BINDING_HEADERS else 'extension'}/"
+                      f"{fast_build.PCH_HEADER}" for headers in ready}
+    monkeypatch.setattr(fast_build, "pch_variant", lambda flags, with_cuda, headers=fast_build.EXTENSION_HEADERS: headers)
+    monkeypatch.setattr(fast_build, "ready_pch", lambda root, headers: Path(paths[headers]) if headers in paths else None)
+    return paths
+
+
 def test_a_lean_binding_that_does_not_build_is_built_on_torch_extension_h_with_the_shared_pch(
         monkeypatch, tmp_path, nvcc_environment):
-    """The lean copy is built without the shared PCH (which holds all of torch/extension.h);
-    where it fails, the binding on torch/extension.h is built with the PCH, still in main.cpp."""
+    """The lean copy is built with the lean binding's shared PCH, not torch/extension.h's (which
+    holds all of it); where it fails, the binding on torch/extension.h is built with that one,
+    still in main.cpp."""
     flags: list = []
     seen = _fake_builds(monkeypatch, tmp_path, fail_lean=True, flags=flags)
-    pch = ["-O3", "-include", f"/cache/pch/x/{fast_build.PCH_HEADER}"]
-    # A shared PCH ready for this build's flags: jit_compile adds it to the C++ flags.
-    monkeypatch.setattr(fast_build, "pch_variant", lambda flags, with_cuda, headers: "variant")
-    monkeypatch.setattr(fast_build, "ready_pch", lambda root, variant: Path(pch[2]))
+    pchs = _ready_pchs(monkeypatch, (fast_build.EXTENSION_HEADERS, header_diet.LEAN_BINDING_HEADERS))
     fast_build.install(tmp_path / "pch", split=True, diet=True)
     assert _call(tmp_path, extra_cflags=["-O3"]) == "module"
     assert [moved is not None for _, moved in seen] == [True, True]
     assert header_diet.BINDING_HEADER in seen[0][0] and seen[1][0].startswith(fast_build.BARE_MAIN)
-    assert flags == [["-O3"], pch]
+    assert flags == [["-O3", "-include", pchs[header_diet.LEAN_BINDING_HEADERS]],
+                     ["-O3", "-include", pchs[fast_build.EXTENSION_HEADERS]]]
     assert not (tmp_path / fast_build.BINDING_REFUSED).exists()
+
+
+def test_a_lean_binding_with_no_lean_pch_ready_builds_with_its_flags_as_written(monkeypatch, tmp_path,
+                                                                               nvcc_environment):
+    """Only torch/extension.h's PCH in the cache (the lean one not built yet, or refused): the lean
+    copy gets neither."""
+    flags: list = []
+    seen = _fake_builds(monkeypatch, tmp_path, flags=flags)
+    _ready_pchs(monkeypatch, (fast_build.EXTENSION_HEADERS,))
+    fast_build.install(tmp_path / "pch", split=True, diet=True)
+    assert _call(tmp_path, extra_cflags=["-O3"]) == "module"
+    assert header_diet.BINDING_HEADER in seen[0][0] and flags == [["-O3"]]
+
+
+def test_the_lean_bindings_pch_opens_as_every_lean_binding_does():
+    """The PCH is -included before main.cpp's own lines: it must hold what a lean binding opens
+    with, in that order, and nothing the binding does not include."""
+    from torch.utils import cpp_extension
+
+    lean, why = header_diet.lean_binding(
+        '#include <torch/extension.h>\ntorch::Tensor zero(torch::Tensor y);\n'
+        'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("zero", &zero); }\n',
+        "/src/main.cpp", cpp_extension.include_paths())
+    assert why is None
+    included = [line.split("<")[1].rstrip(">") for line in lean.splitlines() if line.startswith("#include <")]
+    opening = [header for header in included if header in header_diet.LEAN_BINDING_HEADERS]
+    assert opening == list(header_diet.LEAN_BINDING_HEADERS) == included[:3] + included[-1:]
+
+
+def test_a_load_inline_whose_cuda_source_writes_its_binding_asks_for_the_lean_bindings_pch(tmp_path, monkeypatch):
+    """Read from the source before it runs (fast_build.prepare_pch builds what is asked): the CUDA
+    source a module constant or a literal; a .cu without PYBIND11_MODULE, or a CPU build, asks
+    for torch/extension.h's PCH only."""
+    from torch.utils import cpp_extension
+
+    # A CPU build of torch finds no CUDA home of its own (the include paths of a CUDA build).
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", cpp_extension.CUDA_HOME or "/usr/local/cuda")
+    def candidate(name: str, cuda: str, with_cuda: str = "") -> Path:
+        path = tmp_path / f"{name}.py"
+        path.write_text(textwrap.dedent(f"""
+            import torch
+            from torch.utils.cpp_extension import load_inline
+            SOURCE = {cuda!r}
+            ext = load_inline("{name}", cpp_sources="", cuda_sources=SOURCE, functions=None,
+                              extra_cflags=["-O3"]{with_cuda})
+            class ModelNew(torch.nn.Module):
+                def forward(self, x):
+                    return ext.zero(x)
+        """))
+        return path
+
+    binds = requested_variants(check_candidate(candidate("binds", BINDING_IN_CU)), "cuda")
+    assert [variant.headers for variant in binds] == [fast_build.EXTENSION_HEADERS, header_diet.LEAN_BINDING_HEADERS]
+    assert binds[1].cflags[-1] == "-O3"
+    kernels_only = BINDING_IN_CU.replace('PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("zero", &zero); }', "")
+    assert [variant.headers for variant in requested_variants(check_candidate(candidate("kernels", kernels_only)),
+                                                              "cuda")] == [fast_build.EXTENSION_HEADERS]
+    on_cpu = candidate("on_cpu", BINDING_IN_CU, with_cuda=", with_cuda=False")
+    assert [variant.headers for variant in requested_variants(check_candidate(on_cpu), "cuda")] == \
+        [fast_build.EXTENSION_HEADERS]
 
 
 @pytest.mark.parametrize(("case", "binding_names"), [
