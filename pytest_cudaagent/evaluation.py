@@ -973,12 +973,12 @@ class Evaluation:
     def _timed_round(self, worker: Worker, reference_worker: Worker, warm: dict, count: int,
                      eager_round: Callable[[], dict] | None = None, eager_first: bool = True) -> tuple[dict, dict]:
         """One round of the candidate's timed calls, with `eager_round` where given right before
-        them (`eager_first`) or right after: (reply, audit). A timed request the evaluator's own view does not account for is timed again, on
-        fresh sets, before it is a verdict: on the GPU work of other processes (another
-        evaluation's staging, a new worker's CUDA context) can stall the loop around the calls
-        (#44: 11 of 13 honest level-2 identity pairs at 16 workers on the H200). A clock the
-        candidate changed is caught on every attempt. The eager round kept is the one beside the
-        attempt kept."""
+        them (`eager_first`) or right after: (reply, audit). A timed request the evaluator's own
+        view does not account for is timed again, on fresh sets, before it is a verdict: on the
+        GPU work of other processes (another evaluation's staging, a new worker's CUDA context)
+        can stall the loop around the calls (#44: 11 of 13 honest level-2 identity pairs at 16
+        workers on the H200). A clock the candidate changed is caught on every attempt. The eager
+        round kept is the one beside the attempt kept."""
         timing = self.config.timing_config
         eager_replies: list[dict] = []
         beside = (lambda: eager_replies.append(eager_round())) if eager_round is not None else None
