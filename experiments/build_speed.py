@@ -176,6 +176,11 @@ def cuda_table(pairs, scratch: Path, modes: list[str], jobs: int) -> pd.DataFram
     return table
 
 
+# --build-logs: the nvcc wrapper's log, a relative path, so each build writes it in its own build
+# directory (ninja runs there), which is the one a sandboxed build may write.
+NVCC_LOG_NAME = "cudaagent-nvcc-log.jsonl"
+
+
 def build_steps(scratch: Path, modes: list[str]) -> pd.DataFrame:
     """What each build of the modes with the shared cache spent, step by step: ninja's own log of
     each build directory (each target's wall time; a target built twice, as a lean binding that
@@ -203,11 +208,6 @@ def build_steps(scratch: Path, modes: list[str]) -> pd.DataFrame:
                                      + (", ".join(f"{attempt.get('level')} {attempt.get('wall_s')} s" for attempt in failed)
                                         or "none")})
     return pd.DataFrame(rows)
-
-
-# --build-logs: the nvcc wrapper's log, a relative path, so each build writes it in its own build
-# directory (ninja runs there), which is the one a sandboxed build may write.
-NVCC_LOG_NAME = "cudaagent-nvcc-log.jsonl"
 
 
 def cuda_summary(table: pd.DataFrame, modes: list[str]) -> str:

@@ -33,26 +33,25 @@ from rich.table import Table
 from pytest_cudaagent import EvalConfig, evaluate
 from pytest_cudaagent.core.config import resolve_device
 from pytest_cudaagent.records.pairing import pair_directory
+from pytest_cudaagent.rules import outside_view
 from pytest_cudaagent.workers import zygote
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def thread_cpu_seconds() -> dict[str, float]:
-    """This process's CPU seconds per thread (user + system, /proc/self/task), by the Python
+    """This process's CPU seconds per thread (outside_view's reading of each task), by the Python
     thread's name where one runs on it, else the task's own name."""
     names = {thread.native_id: thread.name for thread in threading.enumerate()}
-    ticks = os.sysconf("SC_CLK_TCK")
     seconds = {}
-    for task in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{task}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/self/task/{task}/comm") as comm:
-                name = names.get(int(task), comm.read().strip())
-        except OSError:  # ended meanwhile
-            continue
-        seconds[f"{name} ({task})"] = (int(fields[11]) + int(fields[12])) / ticks
+    for (_, tid), run_ns in outside_view.snapshot(os.getpid(), with_tree=False).run_ns.items():
+        if tid not in names:
+            try:
+                with open(f"/proc/self/task/{tid}/comm") as comm:
+                    names[tid] = comm.read().strip()
+            except OSError:  # ended meanwhile
+                continue
+        seconds[f"{names[tid]} ({tid})"] = run_ns / 1e9
     return seconds
 
 
@@ -129,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                         baselines=() if args.no_timing else ("eager",))
     console = Console(width=200)
     profiler = cProfile.Profile() if args.cprofile else None
-    threads_before = thread_cpu_seconds()
+    threads_before = thread_cpu_seconds() if profiler is not None else {}
     rows = [row for mode in modes for row in profile_rows(pairs, config, args.repeats, console, mode, profiler)]
     if profiler is not None:
         print_parent_profile(profiler, args.cprofile, threads_before, console)

@@ -312,17 +312,28 @@ def _pch_headers_of_call(node: ast.Call, keywords: dict, constants: dict[str, st
         return EXTENSION_HEADERS
     if no_implicit is not True:
         return EXTENSION_HEADERS
-    sources = keywords.get("cpp_sources", node.args[1] if len(node.args) > 1 else None)
+    texts, computed = _source_texts(node, keywords, constants, "cpp_sources", 1)
+    if computed:
+        return EXTENSION_HEADERS  # the worker reads the written file and decides
+    return headers_of_texts(texts)
+
+
+def _source_texts(node: ast.Call, keywords: dict, constants: dict[str, str], keyword: str,
+                  position: int) -> tuple[list[str], bool]:
+    """The texts of a build call's source argument (by keyword, else at `position`) that are
+    written out as string literals or module constants, one or a list of them; and whether any
+    item is computed (its text unknown before the candidate runs)."""
+    sources = keywords.get(keyword, node.args[position] if len(node.args) > position else None)
     items = sources.elts if isinstance(sources, (ast.List, ast.Tuple)) else [sources]
-    texts = []
+    texts, computed = [], False
     for item in items:
         if isinstance(item, ast.Constant) and isinstance(item.value, str):
             texts.append(item.value)
         elif isinstance(item, ast.Name) and item.id in constants:
             texts.append(constants[item.id])
         else:
-            return EXTENSION_HEADERS  # computed: the worker reads the written file and decides
-    return headers_of_texts(texts)
+            computed = True
+    return texts, computed
 
 
 def _literal_build_calls(path: Path, device: str) -> list[tuple[list[str], bool, tuple[str, ...] | None]]:
@@ -361,13 +372,8 @@ def _literal_build_calls(path: Path, device: str) -> list[tuple[list[str], bool,
 
 def _cuda_source_binds(node: ast.Call, keywords: dict, constants: dict[str, str]) -> bool:
     """Whether the call's CUDA source, written out or a module constant, holds a PYBIND11_MODULE."""
-    source = keywords.get("cuda_sources", node.args[2] if len(node.args) > 2 else None)
-    items = source.elts if isinstance(source, (ast.List, ast.Tuple)) else [source]
-    for item in items:
-        text = item.value if isinstance(item, ast.Constant) else constants.get(getattr(item, "id", None), "")
-        if isinstance(text, str) and binding_split.BLOCK_START.search(text):
-            return True
-    return False
+    texts, _ = _source_texts(node, keywords, constants, "cuda_sources", 2)
+    return any(binding_split.BLOCK_START.search(text) for text in texts)
 
 
 def _has_cuda_sources(node: ast.Call, keywords: dict) -> bool:
