@@ -473,11 +473,9 @@ def install(pch_root: Path | None, split: bool = True, diet: bool = False, lean:
         with_cuda = arguments.get("with_cuda")
         if with_cuda is None:
             with_cuda = any(Path(source).suffix in (".cu", ".cuh") for source in sources)
-        headers = pch_headers(sources) if pch_root is not None else None
-        variant = pch_variant(arguments.get("extra_cflags"), with_cuda, headers) if headers else None
-        header = ready_pch(pch_root, variant) if variant is not None else None
         written_cflags = arguments.get("extra_cflags")
-        with_pch = [*(written_cflags or []), "-include", str(header)] if header is not None else written_cflags
+        headers = pch_headers(sources) if pch_root is not None else None  # reads the sources: only with a cache
+        with_pch = with_ready_pch(pch_root, written_cflags, with_cuda, headers)
 
         def build(cflags=with_pch):
             arguments["extra_cflags"] = cflags
@@ -493,7 +491,8 @@ def install(pch_root: Path | None, split: bool = True, diet: bool = False, lean:
                         # Not with the shared PCH of torch/extension.h: the lean main.cpp includes
                         # less than it holds, and loading it cost more than parsing what main.cpp
                         # does include; with the lean binding's own where one is ready.
-                        return build(with_lean_binding_pch(pch_root, written_cflags, with_cuda))
+                        return build(with_ready_pch(pch_root, written_cflags, with_cuda,
+                                                    header_diet.LEAN_BINDING_HEADERS))
                     except Exception as error:  # noqa: BLE001 - the binding on torch/extension.h decides
                         logger.info("the moved binding's lean copy did not build (%s): on torch/extension.h", error)
                         moved.on_extension_h()
@@ -508,15 +507,16 @@ def install(pch_root: Path | None, split: bool = True, diet: bool = False, lean:
     cpp_extension._jit_compile = jit_compile
 
 
-def with_lean_binding_pch(pch_root: Path | None, cflags, with_cuda: bool):
-    """`cflags` with the shared PCH of the lean binding's headers (header_diet.LEAN_BINDING_HEADERS)
-    `-include`d where one is ready for them, else as they are. A lean binding opens with those
-    headers, so what it includes after them is what it included before; a PCH whose macros do
-    not match is refused by gcc, which then reads the headers themselves (pch_variant). On the
-    2-core box the binding's compile went from 5.4-5.8 CPU s to 3.6 with one (docs/builds.md)."""
-    if pch_root is None:
+def with_ready_pch(pch_root: Path | None, cflags, with_cuda: bool, headers: tuple[str, ...] | None):
+    """`cflags` with the shared PCH of `headers` `-include`d where one is ready for these flags,
+    else as they are (no cache, no header set, flags it is not built for). The source's own
+    header set (pch_headers), or the lean binding's (header_diet.LEAN_BINDING_HEADERS): a lean
+    binding opens with those headers, so what it includes after them is what it included before;
+    on the 2-core box its compile went from 5.4-5.8 CPU s to 3.6 with one (docs/builds.md). A PCH
+    whose macros do not match is refused by gcc, which then reads the headers themselves."""
+    if pch_root is None or not headers:
         return cflags
-    variant = pch_variant(cflags, with_cuda, header_diet.LEAN_BINDING_HEADERS)
+    variant = pch_variant(cflags, with_cuda, headers)
     header = ready_pch(pch_root, variant) if variant is not None else None
     return [*(cflags or []), "-include", str(header)] if header is not None else cflags
 

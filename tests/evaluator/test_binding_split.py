@@ -309,7 +309,7 @@ def test_the_moved_bindings_lean_copy_builds_and_binds_what_the_one_on_torch_ext
 @pytest.mark.slow
 def test_the_lean_binding_builds_on_its_shared_pch_and_binds_the_same(tmp_path, monkeypatch):
     """The lean copy compiled with the shared PCH of its opening headers -included first
-    (fast_build.with_lean_binding_pch), as a cold `bench` builds it once that PCH is made: gcc
+    (fast_build.with_ready_pch), as a cold `bench` builds it once that PCH is made: gcc
     takes the PCH (`-H` marks a precompiled header it used with "!"; -Winvalid-pch would say why
     not), and main.o holds the module and calls the kernels' object for the same functions as the
     lean copy built without it."""
