@@ -4,6 +4,7 @@ KernelBench tree (their builds run on the GPU machine: the side by side of issue
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -117,12 +118,73 @@ def test_the_command_says_what_to_pass_without_a_checkout(tmp_path, capsys):
     assert "--kernelbench" in capsys.readouterr().err
 
 
-def test_two_in_three_candidates_write_their_binding_in_the_cu_as_published_sets_do(tmp_path):
+def test_half_the_candidates_write_their_binding_in_the_cu_a_quarter_declare_it_a_quarter_include_no_torch(tmp_path):
     pairs = choose(kernelbench_tree(tmp_path), count=12, max_set_mib=256)
-    with_binding = [pair for pair in pairs if pair.binding]
-    assert len(with_binding) == 8  # all but every third of 12
+    assert [pair.binding for pair in pairs] == [number % 4 in (1, 2) for number in range(1, 13)]
+    assert [pair.torch_include for pair in pairs] == [number % 4 != 0 for number in range(1, 13)]
     for index, pair in enumerate(pairs, start=1):
         text = candidate_source(pair, index)
         assert ("PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)" in text) == pair.binding
         assert ("functions=None" in text) == pair.binding and ('functions=["epilogue_cuda"]' in text) != pair.binding
+        epilogue_source = text[text.index("epilogue_source"):text.index("epilogue_cpp_source")]
+        assert ("#include <torch/extension.h>" in epilogue_source) == pair.torch_include
         ast.parse(text)
+
+
+def test_the_shares_of_72_candidates_are_the_shares_the_set_names():
+    """Over 72 numbers each build style comes as often as BUILD_STYLE_SHARES says."""
+    numbers = range(1, 73)
+    counted = {"binding in the .cu": sum(map(published_styles.binding_in_cu, numbers)),
+               "no torch include": sum(not published_styles.torch_include(n) for n in numbers),
+               "--use_fast_math": sum(map(published_styles.fast_math, numbers)),
+               "a second load_inline": sum(map(published_styles.second_load, numbers)),
+               "extra_include_paths": sum(map(published_styles.include_paths, numbers))}
+    counted["declared in cpp_sources"] = 72 - counted["binding in the .cu"] - counted["no torch include"]
+    for style, share in published_styles.BUILD_STYLE_SHARES.items():
+        numerator, denominator = map(int, share.split("/"))
+        assert counted[style] == 72 * numerator // denominator, style
+
+
+def _calls(text: str) -> list[ast.Call]:
+    return [node for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "load_inline"]
+
+
+def _keywords(call: ast.Call) -> dict[str, str]:
+    return {keyword.arg: ast.unparse(keyword.value) for keyword in call.keywords}
+
+
+@pytest.mark.parametrize("written", ["fast_math", "second_load", "include_paths", "none"])
+def test_each_build_style_is_written_into_the_load_inline_calls_as_published_solutions_write_it(tmp_path, written):
+    problem = tmp_path / "1_Linear.py"
+    problem.write_text(PROBLEM.format(batch=16))
+    flags = {name: name == written for name in ("fast_math", "second_load", "include_paths")}
+    pair = published_styles.StyledPair("level1_1_Linear", problem, "declared", wrong=False, broken=False, **flags)
+    text = candidate_source(pair, 3)
+    calls = _calls(text)
+    assert len(calls) == (2 if flags["second_load"] else 1)
+    for call in calls:
+        keywords = _keywords(call)
+        assert (keywords.get("extra_cuda_cflags") == "['-O3', '--use_fast_math']") == flags["fast_math"]
+        assert ("extra_include_paths" in keywords) == flags["include_paths"]
+    names = [_keywords(call)["name"] for call in calls]
+    assert len(set(names)) == len(names)  # each extension its own name: each build cold
+    forward = text[text.index("class ModelNew"):]
+    assert ("finish.finish_cuda(epilogue.epilogue_cuda(" in forward) == flags["second_load"]
+    assert pair.build_styles()[0] == "declared in cpp_sources"
+    assert len(pair.build_styles()) == (1 if written == "none" else 2)
+
+
+def test_write_pairs_keeps_each_candidates_build_styles_and_may_take_one_style_only(tmp_path):
+    kernelbench = kernelbench_tree(tmp_path / "kb")
+    every = write_pairs(kernelbench, tmp_path / "all", count=12)
+    styles = json.loads((tmp_path / "all" / "styles.json").read_text())
+    assert styles == {pair.stem: pair.build_styles() for pair in every}
+    assert published_styles.style_counts(every)["binding in the .cu"] == 6
+    only = write_pairs(kernelbench, tmp_path / "bind", count=12, only="binding in the .cu")
+    assert [pair.stem for pair in only] == [pair.stem for pair in every if pair.binding]
+    assert sorted(p.stem for p in (tmp_path / "bind" / "candidates").glob("*.py")) == sorted(p.stem for p in only)
+    # The numbering (and so every candidate's text) is that of the whole set.
+    for pair in only:
+        assert ((tmp_path / "bind" / "candidates" / f"{pair.stem}.py").read_text()
+                == (tmp_path / "all" / "candidates" / f"{pair.stem}.py").read_text())

@@ -259,6 +259,33 @@ def test_every_published_style_of_the_benchmark_set_with_its_binding_in_the_cu_s
     assert parts.declared == ["epilogue_cuda"] and header_diet.why_not(parts.kernels) is None
 
 
+@pytest.mark.parametrize("style", ["declared", "vectorized", "two_kernels", "dispatch"])
+def test_every_published_style_without_a_torch_include_takes_the_lean_copy_as_load_inline_lays_it_out(tmp_path, style):
+    """A quarter of the benchmark set includes no torch header: the CUDA source leans on the
+    torch/types.h load_inline writes in front of it. That file takes the lean copy too (no
+    diet: the diet only replaces torch/extension.h)."""
+    import ast
+
+    from torch.utils import cpp_extension
+
+    from experiments.published_styles import StyledPair, candidate_source
+
+    problem = tmp_path / "problem.py"
+    problem.write_text("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n"
+                       "    def forward(self, x):\n        return x\n")
+    text = candidate_source(StyledPair("level1_1_x", problem, style, wrong=False, broken=False,
+                                       torch_include=False), 4)
+    tree = ast.parse(text)
+    source = {node.targets[0].id: node.value.value for node in tree.body
+              if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)}["epilogue_source"]
+    assert "torch/" not in source.replace("c10/cuda", "")
+    as_built = "\n".join(["#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>", source])
+    torch_ops = header_diet.ops_names(cpp_extension.include_paths())
+    assert header_diet.lean_why_not(as_built, torch_ops) is None
+    leaned = header_diet.leaned(as_built, "/b/cuda.cu", torch_ops)
+    assert "torch/types.h" not in leaned and "#include <ATen/core/Tensor.h>" in leaned
+
+
 @needs_nvcc
 @pytest.mark.slow
 def test_with_the_binding_moved_into_main_cpp_the_cu_compiles_its_kernels_only(tmp_path):
