@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 
 
@@ -28,6 +29,19 @@ def evaluating_processes() -> int:
         return 1
 
 
+def cap_torch_threads(count: int) -> int | None:
+    """At most `count` intra-op threads for torch in this process, if it has loaded torch (more
+    would take turns on the cores they are meant for); returns the count before, or None
+    without torch. The caller sets the count back where it should be."""
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "get_num_threads"):
+        return None
+    before = torch.get_num_threads()
+    if before > count:
+        torch.set_num_threads(count)
+    return before
+
+
 @contextlib.contextmanager
 def evaluating_threads() -> Iterator[int]:
     """torch's intra-op threads in the evaluating process held to its share of the cores for the
@@ -38,16 +52,13 @@ def evaluating_threads() -> Iterator[int]:
     every evaluating process has such a pool."""
     import torch
 
-    before = torch.get_num_threads()
     share = max(1, usable_cores() // evaluating_processes())
-    if share >= before:
-        yield before
-        return
-    torch.set_num_threads(share)
+    before = cap_torch_threads(share)
     try:
-        yield share
+        yield min(share, before)
     finally:
-        torch.set_num_threads(before)
+        if share < before:
+            torch.set_num_threads(before)
 
 
 def cut(length: int, parts: int, unit: int) -> list[int]:

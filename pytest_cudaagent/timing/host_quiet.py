@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..system.cores import cap_torch_threads
+
 # "cpus|gpus": the CPUs the run may use and the GPUs it times on, as the first process saw them.
 HOST_ENV = "CUDAAGENT_HOST_PLAN"
 TOPOLOGY = Path("/sys/devices/system/cpu")
@@ -204,18 +206,6 @@ def untimed_worker(reserved_cpus: int | None) -> None:
         move_threads([os.getpid()], untimed)
 
 
-def _fit_torch_threads(cpus: int) -> int | None:
-    """At most `cpus` intra-op threads for torch in this process, if it has torch (more would
-    take turns on the cores); returns the count before."""
-    torch = sys.modules.get("torch")
-    if torch is None or not hasattr(torch, "get_num_threads"):
-        return None
-    before = torch.get_num_threads()
-    if before > cpus:
-        torch.set_num_threads(cpus)
-    return before
-
-
 def fit_timed_threads(device: str) -> int | None:
     """In a timed process whose hold another process takes on its behalf (a candidate's worker:
     the evaluating process holds the lock, locks.device_lock's `on_behalf_of`), before its first
@@ -228,7 +218,7 @@ def fit_timed_threads(device: str) -> int | None:
     if device != "cpu":
         return None
     reserved = _reserved_for(device, _reserved_here["count"])
-    return _fit_torch_threads(len(reserved)) if reserved else None
+    return cap_torch_threads(len(reserved)) if reserved else None
 
 
 @contextmanager
@@ -246,7 +236,7 @@ def timed_hold(device: str, reserved_cpus=_THIS_PROCESS, pid: int | None = None)
     untimed = record_host().untimed(count)
     root = os.getpid() if pid is None else pid
     move_tree(root, reserved)
-    threads_before = _fit_torch_threads(len(reserved)) if root == os.getpid() and device == "cpu" else None
+    threads_before = cap_torch_threads(len(reserved)) if root == os.getpid() and device == "cpu" else None
     try:
         yield
     finally:

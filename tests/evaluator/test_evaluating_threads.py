@@ -3,6 +3,8 @@ parallel region woke a thread per core that spun on after it, in every process o
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -61,3 +63,11 @@ def test_evaluate_runs_the_pair_with_the_share_and_gives_the_caller_its_pool_bac
     answer = evaluation.evaluate(PROBLEMS / "leaky_relu.py", CPU_CANDIDATES / "leaky_relu.py", EvalConfig(device="cpu"))
     assert answer == "the result" and seen == [2]
     assert torch.get_num_threads() == 16
+
+
+def test_capping_torchs_threads_only_lowers_them_and_says_what_they_were(monkeypatch, sixteen_threads):
+    """The one cap both the evaluating process and a timed hold (host_quiet) use."""
+    assert cores.cap_torch_threads(4) == 16 and torch.get_num_threads() == 4
+    assert cores.cap_torch_threads(8) == 4 and torch.get_num_threads() == 4  # never raised
+    monkeypatch.delitem(sys.modules, "torch")
+    assert cores.cap_torch_threads(1) is None  # a process that has not loaded torch is left alone
