@@ -364,8 +364,10 @@ def _literal_build_calls(path: Path, device: str) -> list[tuple[list[str], bool,
         if isinstance(flags, (list, tuple)) and all(isinstance(flag, str) for flag in flags):
             headers = EXTENSION_HEADERS if name == "load" else _pch_headers_of_call(node, keywords, constants)
             calls.append((list(flags), bool(with_cuda), headers))
-            if name == "load_inline" and with_cuda and _cuda_source_binds(node, keywords, constants):
-                # Its binding moves into main.cpp, on the lean headers first (binding_to_main).
+            if name == "load_inline" and with_cuda and (_cuda_source_binds(node, keywords, constants)
+                                                         or _declares_functions(node, keywords)):
+                # Its binding moves into main.cpp (binding_to_main), or main.cpp holds it
+                # (lean_declared_main): on the lean headers first.
                 calls.append((list(flags), True, header_diet.LEAN_BINDING_HEADERS))
     return calls
 
@@ -374,6 +376,12 @@ def _cuda_source_binds(node: ast.Call, keywords: dict, constants: dict[str, str]
     """Whether the call's CUDA source, written out or a module constant, holds a PYBIND11_MODULE."""
     texts, _ = _source_texts(node, keywords, constants, "cuda_sources", 2)
     return any(binding_split.BLOCK_START.search(text) for text in texts)
+
+
+def _declares_functions(node: ast.Call, keywords: dict) -> bool:
+    """Whether load_inline is asked to bind functions (`functions`, by keyword or fourth, not None)."""
+    functions = keywords.get("functions", node.args[3] if len(node.args) > 3 else None)
+    return functions is not None and not (isinstance(functions, ast.Constant) and functions.value is None)
 
 
 def _has_cuda_sources(node: ast.Call, keywords: dict) -> bool:
@@ -484,7 +492,11 @@ def install(pch_root: Path | None, split: bool = True, diet: bool = False, lean:
         with build_lock(arguments["build_directory"]):
             moved = binding_to_main(sources, arguments["build_directory"]) if wrapped_nvcc and diet else None
             if moved is None:
-                return build()
+                declared = lean_declared_main(sources, arguments["build_directory"]) if wrapped_nvcc and diet else None
+                if declared is None:
+                    return build()
+                return declared.build_lean_first(build, with_ready_pch(pch_root, written_cflags, with_cuda,
+                                                                       header_diet.LEAN_BINDING_HEADERS))
             try:
                 if moved.lean_text is not None:
                     try:
@@ -530,7 +542,8 @@ BINDING_REFUSED = ".cudaagent-binding-as-written"  # in the build directory: onc
 class MovedBinding:
     """A `.cu`'s PYBIND11_MODULE block moved into `main.cpp` for one build (binding_to_main):
     first its lean copy (`lean_text`, header_diet.lean_binding) where it has one, then
-    `extension_text`, on torch/extension.h."""
+    `extension_text`, on torch/extension.h. Or load_inline's own `main.cpp` on its lean copy
+    (lean_declared_main), `extension_text` being `main.cpp` as written."""
 
     main: Path
     main_text: str
@@ -549,6 +562,32 @@ class MovedBinding:
     def refuse(self) -> None:
         with contextlib.suppress(OSError):
             (self.build_directory / BINDING_REFUSED).touch()
+
+    def build_lean_first(self, build, lean_cflags):
+        """main.cpp as written is torch/extension.h's (lean_declared_main): the lean copy with
+        `lean_cflags`, and where main.cpp is what failed, main.cpp as written (not tried lean
+        again in this build directory). A failure of the `.cu` alone is the build's own: it
+        compiles the same with either main.cpp."""
+        try:
+            return build(lean_cflags)
+        except Exception as error:  # noqa: BLE001 - re-raised unless main.cpp may be the cause
+            if _only_cuda_failed(str(error)):
+                raise
+            logger.info("the lean copy of main.cpp did not build (%s): building as written", error)
+            self.refuse()
+        finally:
+            self.undo()
+        return build()
+
+
+# ninja's line for a failed step ("FAILED: main.o", "FAILED: [code=1] cuda.cuda.o" from 1.12 on).
+_FAILED_STEP = re.compile(r"^FAILED: (?:\[code=\d+\] )?(\S+)", re.M)
+
+
+def _only_cuda_failed(message: str) -> bool:
+    """Whether torch's build error names failed steps and every one is a CUDA object's."""
+    failed = _FAILED_STEP.findall(message)
+    return bool(failed) and all(step.endswith(".cuda.o") for step in failed)
 
 
 def binding_to_main(sources, build_directory) -> MovedBinding | None:
@@ -586,6 +625,41 @@ def binding_to_main(sources, build_directory) -> MovedBinding | None:
     mains[0].write_text(lean_text if lean_text is not None else moved.extension_text)
     os.environ[split_nvcc.BINDING_IN_MAIN_ENV] = str(cuda[0].resolve())
     return moved
+
+
+# The module load_inline writes into main.cpp for functions=[...] (each m.def on a line of its own).
+LOAD_INLINE_MODULE = re.compile(r"^PYBIND11_MODULE\(TORCH_EXTENSION_NAME, m\) \{$", re.M)
+
+
+def lean_declared_main(sources, build_directory) -> MovedBinding | None:
+    """load_inline of CUDA code whose binding `main.cpp` holds (functions=[...]: torch/extension.h,
+    the C++ source's declarations and the module load_inline writes): `main.cpp`'s lean copy
+    (header_diet.lean_binding, on the lean binding's shared PCH) in its place for the build. On
+    the H100, such a main.o on torch/extension.h's PCH took 12-18 s against 8.6-11 s for a lean
+    binding (docs/measured.md, "Builds"). None where that does not apply (no `.cu`: a C++
+    build's kernels are main.cpp's own; a main.cpp of the candidate's own; a copy the lean rules
+    refuse; once failed in this build directory)."""
+    paths = [Path(source) for source in sources]
+    mains = [path for path in paths if path.name == "main.cpp"]
+    if len(mains) != 1 or not any(path.suffix == ".cu" for path in paths) \
+            or mains[0].resolve().parent != Path(build_directory).resolve() \
+            or (Path(build_directory) / BINDING_REFUSED).exists():
+        return None
+    try:
+        main_text = mains[0].read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not main_text.startswith(BARE_MAIN + "\n") or not LOAD_INLINE_MODULE.search(main_text):
+        return None
+    from torch.utils import cpp_extension
+
+    lean_text, why_not_lean = header_diet.lean_binding(main_text, str(mains[0].resolve()),
+                                                       cpp_extension.include_paths())
+    if lean_text is None:
+        logger.info("main.cpp is compiled as written: %s", why_not_lean)
+        return None
+    mains[0].write_text(lean_text)
+    return MovedBinding(mains[0], main_text, Path(build_directory), main_text, lean_text)
 
 
 def niced(call, increment: int):

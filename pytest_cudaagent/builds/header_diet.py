@@ -225,9 +225,10 @@ def _operator(name: str, ops: frozenset[str]) -> str | None:
 
 
 def lean_why_not(text: str, ops: frozenset[str], overloaded: frozenset[str] = frozenset(),
-                 left_out_api: re.Pattern = LEFT_OUT_API) -> str | None:
+                 left_out_api: re.Pattern = LEFT_OUT_API, allowed: frozenset[str] = frozenset()) -> str | None:
     """Why no lean copy of this source is tried (None: try it first). `overloaded`: the names
-    ATen/Functions.h defines overloads of itself (functions_h_overloads)."""
+    ATen/Functions.h defines overloads of itself (functions_h_overloads); `allowed`: names of
+    `torch::` the copy declares by headers of its own (BINDING_EXTRA_NAMES)."""
     if not ops:
         return "no ATen/ops headers on the include path"
     reason = why_not(text, ANY_TORCH_INCLUDE, left_out_api)
@@ -242,7 +243,7 @@ def lean_why_not(text: str, ops: frozenset[str], overloaded: frozenset[str] = fr
     for namespace, name in QUALIFIED.findall(text):
         if namespace == "torch" and name in TORCH_DTYPE_ALIASES:
             continue
-        if name not in LEAN_NAMES and _operator(name, ops) is None:
+        if name not in LEAN_NAMES and name not in allowed and _operator(name, ops) is None:
             return f"names {namespace}::{name}, which the lean headers do not declare"
     return None
 
@@ -285,13 +286,22 @@ LEAN_BINDING_HEADERS = (VERSION_INCLUDE.split("<")[1].rstrip(">"), *LEAN_HEADERS
 BINDING_LEFT_OUT_API = re.compile(rf"\bTHP\w+|\btorch::({'|'.join(LEFT_OUT_NAMESPACES + LEFT_OUT_QUALIFIED_ONLY)})\b")
 
 
+# load_inline's own main.cpp (functions=[...]) wraps each function it binds in
+# torch::wrap_pybind_function (with_pytorch_error_handling, the default), which torch/extension.h
+# declares through torch/csrc/Exceptions.h and pybind.h does not: a lean copy naming it includes
+# that header too (some 470 preprocessed lines past pybind.h's 180,000).
+BINDING_EXTRA_NAMES = {"wrap_pybind_function": "torch/csrc/Exceptions.h"}
+
+
 def lean_binding(binding: str, original_path: str, include_dirs: list[str]) -> tuple[str | None, str | None]:
     """(the binding's lean copy, None) or (None, why it is compiled on torch/extension.h)."""
     ops = ops_names(include_dirs)
-    reason = lean_why_not(binding, ops, functions_h_overloads(include_dirs), BINDING_LEFT_OUT_API)
+    reason = lean_why_not(binding, ops, functions_h_overloads(include_dirs), BINDING_LEFT_OUT_API,
+                          frozenset(BINDING_EXTRA_NAMES))
     if reason:
         return None, reason
-    return leaned(binding, original_path, ops, (BINDING_HEADER,)), None
+    extra = tuple(header for name, header in BINDING_EXTRA_NAMES.items() if re.search(rf"\btorch::{name}\b", binding))
+    return leaned(binding, original_path, ops, (BINDING_HEADER, *extra)), None
 
 
 def _include_dirs(argv: list[str]) -> list[str]:

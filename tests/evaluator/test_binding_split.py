@@ -366,3 +366,32 @@ def test_the_lean_binding_builds_on_its_shared_pch_and_binds_the_same(tmp_path, 
     called = {level: {name for name, kind in run["main_symbols"] if kind == "U" and name.startswith("_Z7forward")}
               for level, run in builds.items()}
     assert called["lean"] and called["lean"] == called["lean with its pch"]
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_load_inlines_own_main_cpp_on_its_lean_copy_builds_and_binds_what_it_binds_as_written(tmp_path):
+    """functions=[...]: load_inline's main.cpp (torch/extension.h, the declaration, its module
+    wrapping the function in torch::wrap_pybind_function) compiled on its lean copy
+    (fast_build.lean_declared_main) and as written: both objects hold the module and call the
+    same function of the kernels' object."""
+    from torch.utils import cpp_extension
+
+    from pytest_cudaagent.builds import fast_build
+
+    source = PUBLISHED_STYLES["elementwise"].lstrip("\n")
+    as_written = (fast_build.BARE_MAIN + "\ntorch::Tensor relu_cuda(torch::Tensor x);\n"
+                  "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n"
+                  'm.def("relu_cuda", torch::wrap_pybind_function(relu_cuda), "relu_cuda");\n}')
+    builds = {}
+    for level in ("lean", "as written"):
+        directory = tmp_path / level.replace(" ", "_")
+        lean, why = header_diet.lean_binding(as_written, str(directory / "main.cpp"), cpp_extension.include_paths())
+        assert why is None and "torch/extension.h" not in lean and "torch/csrc/Exceptions.h" in lean, why
+        builds[level] = run = ninja_build(directory, source, diet=True, main_text=lean if level == "lean" else as_written)
+        assert run["returncode"] == 0, run["output"][-3000:]
+        assert "PyInit_split_ext" in global_symbols(run["main_symbols"])
+    called = {level: {name for name, kind in run["main_symbols"] if kind == "U" and "relu_cuda" in name}
+              for level, run in builds.items()}
+    assert called["lean"] and called["lean"] == called["as written"]
+    assert called["lean"] <= global_symbols(builds["lean"]["symbols"])

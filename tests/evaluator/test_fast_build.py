@@ -434,10 +434,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("zero", &zero); }
 """
 
 
-def _fake_builds(monkeypatch, tmp_path, fail_moved: bool = False, fail_lean: bool = False, flags: list | None = None):
+def _fake_builds(monkeypatch, tmp_path, fail_moved: bool = False, fail_lean: bool = False, flags: list | None = None,
+                 lean_error: str = "Error building extension 'ext': the binding needs kThreads"):
     """load_inline's files in a build directory, and torch's _jit_compile replaced by one that
     records what main.cpp and the nvcc wrapper's variable held when it ran (and its C++ flags
-    into `flags`). `fail_moved`: every build of a moved binding fails; `fail_lean`: its lean copy's."""
+    into `flags`). `fail_moved`: every build of a moved binding fails; `fail_lean`: its lean
+    copy's (or a lean main.cpp's), with `lean_error` as torch's message."""
     from torch.utils import cpp_extension
 
     from pytest_cudaagent.builds import split_nvcc
@@ -451,8 +453,10 @@ def _fake_builds(monkeypatch, tmp_path, fail_moved: bool = False, fail_lean: boo
         seen.append((main_text, moved))
         if flags is not None:
             flags.append(list(extra_cflags or []))
-        if fail_moved and moved or fail_lean and header_diet.BINDING_HEADER in main_text:
+        if fail_moved and moved:
             raise RuntimeError("Error building extension 'ext': the binding needs kThreads")
+        if fail_lean and header_diet.BINDING_HEADER in main_text:
+            raise RuntimeError(lean_error)
         return "module"
 
     monkeypatch.setattr(cpp_extension, "CUDA_HOME", cpp_extension.CUDA_HOME or "/usr/local/cuda")
@@ -647,3 +651,108 @@ def test_without_the_header_diet_no_binding_is_moved(monkeypatch, tmp_path, nvcc
     seen = _fake_builds(monkeypatch, tmp_path)
     fast_build.install(None, split=True, diet=False)
     assert _call(tmp_path) == "module" and seen[0][1] is None
+
+
+# -- load_inline's own main.cpp (functions=[...]) on its lean copy (lean_declared_main) -----------
+
+KERNELS_ONLY = BINDING_IN_CU.split("PYBIND11_MODULE")[0]
+# main.cpp as load_inline writes it for cpp_sources="torch::Tensor zero(torch::Tensor y);",
+# functions=["zero"] (with_pytorch_error_handling, the default).
+DECLARED_MAIN = (fast_build.BARE_MAIN + "\ntorch::Tensor zero(torch::Tensor y);\n"
+                 "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n"
+                 'm.def("zero", torch::wrap_pybind_function(zero), "zero");\n}')
+
+
+def test_load_inlines_own_main_cpp_is_built_on_its_lean_copy_with_the_lean_pch_and_put_back(
+        monkeypatch, tmp_path, nvcc_environment):
+    from pytest_cudaagent.builds import split_nvcc
+
+    flags: list = []
+    seen = _fake_builds(monkeypatch, tmp_path, flags=flags)
+    pchs = _ready_pchs(monkeypatch, (fast_build.EXTENSION_HEADERS, header_diet.LEAN_BINDING_HEADERS))
+    fast_build.install(tmp_path / "pch", split=True, diet=True)
+    assert _call(tmp_path, main_text=DECLARED_MAIN, cuda_text=KERNELS_ONLY, extra_cflags=["-O3"]) == "module"
+    (main_text, moved), = seen
+    assert moved is None  # the .cu is compiled whole: nothing was moved out of it
+    assert "torch/extension.h" not in main_text
+    assert "#include <torch/csrc/utils/pybind.h>\n#include <torch/csrc/Exceptions.h>" in main_text
+    assert 'm.def("zero", torch::wrap_pybind_function(zero), "zero");' in main_text
+    assert flags == [["-O3", "-include", pchs[header_diet.LEAN_BINDING_HEADERS]]]
+    assert (tmp_path / "main.cpp").read_text() == DECLARED_MAIN and split_nvcc.BINDING_IN_MAIN_ENV not in os.environ
+
+
+def test_a_lean_main_cpp_that_fails_is_built_as_written_and_not_tried_again(monkeypatch, tmp_path, nvcc_environment):
+    """ninja names main.o among the failed steps (or names none): main.cpp as written, with
+    torch/extension.h's PCH; the next build in that directory as written at once."""
+    flags: list = []
+    seen = _fake_builds(monkeypatch, tmp_path, fail_lean=True, flags=flags,
+                        lean_error="Error building extension 'ext': [1/2] c++ ...\nFAILED: [code=1] main.o \n"
+                                   "main.cpp:9: error: 'wrap' is not a member of 'torch'")
+    pchs = _ready_pchs(monkeypatch, (fast_build.EXTENSION_HEADERS, header_diet.LEAN_BINDING_HEADERS))
+    fast_build.install(tmp_path / "pch", split=True, diet=True)
+    assert _call(tmp_path, main_text=DECLARED_MAIN, cuda_text=KERNELS_ONLY, extra_cflags=["-O3"]) == "module"
+    assert header_diet.BINDING_HEADER in seen[0][0] and seen[1][0] == DECLARED_MAIN
+    assert flags[1] == ["-O3", "-include", pchs[fast_build.EXTENSION_HEADERS]]
+    assert (tmp_path / fast_build.BINDING_REFUSED).exists()
+    assert _call(tmp_path, main_text=DECLARED_MAIN, cuda_text=KERNELS_ONLY) == "module"
+    assert [text == DECLARED_MAIN for text, _ in seen] == [False, True, True]
+
+
+def test_a_build_whose_cu_alone_failed_is_not_built_again_with_main_cpp_as_written(monkeypatch, tmp_path,
+                                                                                  nvcc_environment):
+    """The .cu compiles the same whichever main.cpp: its failure is the build's, reported once."""
+    seen = _fake_builds(monkeypatch, tmp_path, fail_lean=True,
+                        lean_error="Error building extension 'ext': [1/3] nvcc ...\nFAILED: cuda.cuda.o \n"
+                                   "cuda.cu(2): error: identifier \"undeclared_offset\" is undefined")
+    fast_build.install(None, split=True, diet=True)
+    with pytest.raises(RuntimeError, match="undeclared_offset"):
+        _call(tmp_path, main_text=DECLARED_MAIN, cuda_text=KERNELS_ONLY)
+    assert len(seen) == 1 and (tmp_path / "main.cpp").read_text() == DECLARED_MAIN
+    assert not (tmp_path / fast_build.BINDING_REFUSED).exists()
+
+
+@pytest.mark.parametrize(("case", "main_text", "cuda_files"), [
+    ("a C++ build: its kernels are main.cpp's own", DECLARED_MAIN, 0),
+    ("no module load_inline wrote (functions=None)", fast_build.BARE_MAIN + "\ntorch::Tensor zero(torch::Tensor y);\n", 1),
+    ("a name of torch's C++ frontend", DECLARED_MAIN.replace("torch::Tensor zero(torch::Tensor y);",
+                                                             "torch::nn::Linear layer{nullptr};\ntorch::Tensor zero(torch::Tensor y);"), 1),
+    ("a using-directive of torch", DECLARED_MAIN.replace(fast_build.BARE_MAIN + "\n",
+                                                         fast_build.BARE_MAIN + "\nusing namespace torch;\n"), 1),
+])
+def test_a_main_cpp_the_lean_copy_does_not_fit_is_compiled_as_written(monkeypatch, tmp_path, nvcc_environment,
+                                                                     case, main_text, cuda_files):
+    seen = _fake_builds(monkeypatch, tmp_path)
+    fast_build.install(None, split=True, diet=True)
+    assert _call(tmp_path, main_text=main_text, cuda_text=KERNELS_ONLY, cuda_files=cuda_files) == "module"
+    assert seen == [(main_text, None)], case
+
+
+def test_without_the_header_diet_main_cpp_is_compiled_as_written(monkeypatch, tmp_path, nvcc_environment):
+    seen = _fake_builds(monkeypatch, tmp_path)
+    fast_build.install(None, split=True, diet=False)
+    assert _call(tmp_path, main_text=DECLARED_MAIN, cuda_text=KERNELS_ONLY) == "module"
+    assert seen == [(DECLARED_MAIN, None)]
+
+
+@pytest.mark.parametrize("functions", ['functions=["zero"]', '["zero"]'])
+def test_a_load_inline_that_binds_functions_asks_for_the_lean_bindings_pch(tmp_path, monkeypatch, functions):
+    """By keyword or as load_inline's fourth argument; functions=None with kernels only does not ask."""
+    from torch.utils import cpp_extension
+
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", cpp_extension.CUDA_HOME or "/usr/local/cuda")
+    path = tmp_path / "declared.py"
+    call = (f'load_inline("declared", "torch::Tensor zero(torch::Tensor y);", KERNELS, {functions}, extra_cflags=["-O3"])'
+            if not functions.startswith("functions") else
+            f'load_inline("declared", cpp_sources="torch::Tensor zero(torch::Tensor y);", cuda_sources=KERNELS, '
+            f'{functions}, extra_cflags=["-O3"])')
+    path.write_text(textwrap.dedent(f"""
+        import torch
+        from torch.utils.cpp_extension import load_inline
+        KERNELS = {KERNELS_ONLY!r}
+        ext = {call}
+        class ModelNew(torch.nn.Module):
+            def forward(self, x):
+                return ext.zero(x)
+    """))
+    variants = requested_variants(check_candidate(path), "cuda")
+    assert [variant.headers for variant in variants] == [fast_build.EXTENSION_HEADERS, header_diet.LEAN_BINDING_HEADERS]
