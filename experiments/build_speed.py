@@ -29,8 +29,10 @@ from experiments.throughput_templates import write_candidates
 from pytest_cudaagent import EvalConfig, evaluate
 from pytest_cudaagent.builds import header_diet, split_nvcc
 from pytest_cudaagent.builds.fast_build import (
+    EXTENSION_HEADERS,
     binding_to_main,
     ensure_pch,
+    lean_declared_main,
     pch_dir,
     pch_variant,
     requested_variants,
@@ -256,13 +258,17 @@ def timed_steps(build: dict, fast: bool, root: Path | None, directory: Path) -> 
 
     extra_cflags = list(build["extra_cflags"] or [])
     # fast: the header diet and the binding split as the candidate's worker has them (on by
-    # default), a binding written in the .cu compiled in load_inline's bare main.cpp, its lean copy
-    # without the shared PCH where it has one (fast_build's jit_compile).
+    # default), a binding written in the .cu compiled in load_inline's bare main.cpp, or
+    # load_inline's own main.cpp, on its lean copy with the lean binding's shared PCH where it has
+    # one (fast_build's jit_compile).
     # (load_inline wrote the sources where it builds: here the folder they were captured in)
-    moved = binding_to_main(build["sources"], Path(build["sources"][0]).parent) if fast else None
+    built_in = Path(build["sources"][0]).parent
+    moved = (binding_to_main(build["sources"], built_in) or lean_declared_main(build["sources"], built_in)) if fast else None
     try:
-        if fast and root is not None and (moved is None or moved.lean_text is None):
-            variant = pch_variant(extra_cflags, bool(build["with_cuda"]))
+        if fast and root is not None:
+            lean = moved is not None and moved.lean_text is not None
+            variant = pch_variant(extra_cflags, bool(build["with_cuda"]),
+                                  header_diet.LEAN_BINDING_HEADERS if lean else EXTENSION_HEADERS)
             extra_cflags += ["-include", str(ensure_pch(root, variant))]
         # The machine's own list where it sets one (the H100 machine: 9.0a), else what torch picks on an H100.
         os.environ["TORCH_CUDA_ARCH_LIST"] = os.environ.get("TORCH_CUDA_ARCH_LIST") or H100_ARCH
