@@ -590,6 +590,21 @@ def _only_cuda_failed(message: str) -> bool:
     return bool(failed) and all(step.endswith(".cuda.o") for step in failed)
 
 
+def _load_inline_main(sources, build_directory) -> tuple[Path, str, list[Path]] | None:
+    """(main.cpp, its text, the `.cu` sources) of a build whose one main.cpp load_inline wrote in
+    the build directory (a main.cpp of the candidate's own, load(), is never touched) and whose
+    main.cpp has not failed a copy there before (BINDING_REFUSED); else None."""
+    paths = [Path(source) for source in sources]
+    mains = [path for path in paths if path.name == "main.cpp"]
+    if len(mains) != 1 or mains[0].resolve().parent != Path(build_directory).resolve() \
+            or (Path(build_directory) / BINDING_REFUSED).exists():
+        return None
+    try:
+        return mains[0], mains[0].read_text(), [path for path in paths if path.suffix == ".cu"]
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def binding_to_main(sources, build_directory) -> MovedBinding | None:
     """load_inline of a `.cu` that writes its own PYBIND11_MODULE (functions=None, an empty C++
     source): its `main.cpp` is the bare torch/extension.h include, compiled (with the shared PCH)
@@ -598,32 +613,28 @@ def binding_to_main(sources, build_directory) -> MovedBinding | None:
     (split_nvcc.BINDING_IN_MAIN_ENV): one parse of torch/extension.h fewer than the binding in a
     translation unit of its own. None where that does not apply; the caller builds as written if
     the build fails (a binding that needs more of the source than its functions)."""
-    paths = [Path(source) for source in sources]
-    mains = [path for path in paths if path.name == "main.cpp"]
-    cuda = [path for path in paths if path.suffix == ".cu"]
-    # load_inline writes main.cpp in the build directory; a main.cpp of the candidate's own (load)
-    # is never touched.
-    if len(mains) != 1 or len(cuda) != 1 or mains[0].resolve().parent != Path(build_directory).resolve() \
-            or (Path(build_directory) / BINDING_REFUSED).exists():
+    found = _load_inline_main(sources, build_directory)
+    if found is None or len(found[2]) != 1:
         return None
+    main, main_text, (cuda,) = found
     try:
-        main_text, cuda_text = mains[0].read_text(), cuda[0].read_text()
+        cuda_text = cuda.read_text()
     except (OSError, UnicodeDecodeError):
         return None
     if main_text.strip() != BARE_MAIN or not binding_split.BLOCK_START.search(cuda_text):
         return None
-    parts = binding_split.split(cuda_text, str(cuda[0].resolve()))
+    parts = binding_split.split(cuda_text, str(cuda.resolve()))
     if isinstance(parts, str):
         return None
     from torch.utils import cpp_extension
 
-    lean_text, why_not_lean = header_diet.lean_binding(parts.binding, str(mains[0].resolve()),
+    lean_text, why_not_lean = header_diet.lean_binding(parts.binding, str(main.resolve()),
                                                        cpp_extension.include_paths())
     if why_not_lean:
         logger.info("the moved binding is compiled on torch/extension.h: %s", why_not_lean)
-    moved = MovedBinding(mains[0], main_text, Path(build_directory), main_text + parts.binding, lean_text)
-    mains[0].write_text(lean_text if lean_text is not None else moved.extension_text)
-    os.environ[split_nvcc.BINDING_IN_MAIN_ENV] = str(cuda[0].resolve())
+    moved = MovedBinding(main, main_text, Path(build_directory), main_text + parts.binding, lean_text)
+    main.write_text(lean_text if lean_text is not None else moved.extension_text)
+    os.environ[split_nvcc.BINDING_IN_MAIN_ENV] = str(cuda.resolve())
     return moved
 
 
@@ -639,27 +650,20 @@ def lean_declared_main(sources, build_directory) -> MovedBinding | None:
     binding (docs/measured.md, "Builds"). None where that does not apply (no `.cu`: a C++
     build's kernels are main.cpp's own; a main.cpp of the candidate's own; a copy the lean rules
     refuse; once failed in this build directory)."""
-    paths = [Path(source) for source in sources]
-    mains = [path for path in paths if path.name == "main.cpp"]
-    if len(mains) != 1 or not any(path.suffix == ".cu" for path in paths) \
-            or mains[0].resolve().parent != Path(build_directory).resolve() \
-            or (Path(build_directory) / BINDING_REFUSED).exists():
+    found = _load_inline_main(sources, build_directory)
+    if found is None or not found[2]:
         return None
-    try:
-        main_text = mains[0].read_text()
-    except (OSError, UnicodeDecodeError):
-        return None
+    main, main_text, _ = found
     if not main_text.startswith(BARE_MAIN + "\n") or not LOAD_INLINE_MODULE.search(main_text):
         return None
     from torch.utils import cpp_extension
 
-    lean_text, why_not_lean = header_diet.lean_binding(main_text, str(mains[0].resolve()),
-                                                       cpp_extension.include_paths())
+    lean_text, why_not_lean = header_diet.lean_binding(main_text, str(main.resolve()), cpp_extension.include_paths())
     if lean_text is None:
         logger.info("main.cpp is compiled as written: %s", why_not_lean)
         return None
-    mains[0].write_text(lean_text)
-    return MovedBinding(mains[0], main_text, Path(build_directory), main_text, lean_text)
+    main.write_text(lean_text)
+    return MovedBinding(main, main_text, Path(build_directory), main_text, lean_text)
 
 
 def niced(call, increment: int):
