@@ -323,7 +323,7 @@ def _source_texts(node: ast.Call, keywords: dict, constants: dict[str, str], key
     """The texts of a build call's source argument (by keyword, else at `position`) that are
     written out as string literals or module constants, one or a list of them; and whether any
     item is computed (its text unknown before the candidate runs)."""
-    sources = keywords.get(keyword, node.args[position] if len(node.args) > position else None)
+    sources = _argument(node, keywords, keyword, position)
     items = sources.elts if isinstance(sources, (ast.List, ast.Tuple)) else [sources]
     texts, computed = [], False
     for item in items:
@@ -379,14 +379,22 @@ def _cuda_source_binds(node: ast.Call, keywords: dict, constants: dict[str, str]
 
 
 def _declares_functions(node: ast.Call, keywords: dict) -> bool:
-    """Whether load_inline is asked to bind functions (`functions`, by keyword or fourth, not None)."""
-    functions = keywords.get("functions", node.args[3] if len(node.args) > 3 else None)
-    return functions is not None and not (isinstance(functions, ast.Constant) and functions.value is None)
+    """Whether load_inline is asked to bind functions (`functions`, fourth, not None)."""
+    return _passed(_argument(node, keywords, "functions", 3))
 
 
 def _has_cuda_sources(node: ast.Call, keywords: dict) -> bool:
-    source = keywords.get("cuda_sources", node.args[2] if len(node.args) > 2 else None)
-    return source is not None and not (isinstance(source, ast.Constant) and source.value is None)
+    return _passed(_argument(node, keywords, "cuda_sources", 2))
+
+
+def _argument(node: ast.Call, keywords: dict, keyword: str, position: int) -> ast.expr | None:
+    """A build call's argument by keyword, else at `position`; None where it is not passed."""
+    return keywords.get(keyword, node.args[position] if len(node.args) > position else None)
+
+
+def _passed(argument: ast.expr | None) -> bool:
+    """Whether an argument is given other than as a literal None."""
+    return argument is not None and not (isinstance(argument, ast.Constant) and argument.value is None)
 
 
 def prepare_pch(candidate, cache_dir: Path, device: str) -> None:
