@@ -141,6 +141,20 @@ def _reserved_for(device: str, reserved_cpus: int | None) -> frozenset[int]:
     return plan.reserved(device_slot(device, plan), reserved_cpus)
 
 
+def timing_cpus(device: str, reserved_cpus: int | None) -> frozenset[int]:
+    """The CPUs a timed process of `device` is held on: its reserved ones (_reserved_for); on the
+    CPU backend of a machine too small for a reservation (automatic count, fewer than four cores),
+    one CPU of the run (the top core's first), the same for every timed process and shared with
+    untimed work. On the 2-core box a small call's speed was its process's, not its code's: an
+    identity candidate of a 25 us tanh read 0.74-1.16x of eager unpinned, and 0.98-1.02x with
+    candidate and eager on one CPU (#40). None with `reserved_cpus` 0."""
+    reserved = _reserved_for(device, reserved_cpus)
+    if reserved or device != "cpu" or reserved_cpus is not None or not hasattr(os, "sched_setaffinity"):
+        return reserved
+    cores = _cores(record_host().cpus, TOPOLOGY)
+    return frozenset({cores[-1][0]}) if len(cores) > 1 else frozenset()
+
+
 def reserves_cores(device: str, reserved_cpus: int | None) -> bool:
     """Whether the timings of `device` get CPUs of their own on this machine: not on one of
     fewer than four cores by default, nor with `reserved_cpus` 0."""
@@ -210,33 +224,34 @@ def fit_timed_threads(device: str) -> int | None:
     """In a timed process whose hold another process takes on its behalf (a candidate's worker:
     the evaluating process holds the lock, locks.device_lock's `on_behalf_of`), before its first
     timed request: on the CPU backend, torch's intra-op threads at most as many as the reserved
-    CPUs, as `timed_hold` makes them in a holder of its own. Not put back: every request of its
+    CPUs (or the CPU backend's shared timing CPU: timing_cpus), as `timed_hold` makes them in a
+    holder of its own. Not put back: every request of its
     after that but the staging runs under a hold, and an intra-op pool grown again starts
     threads the harness did not have before the candidate's code loaded (outside_view.py).
-    Does nothing without a reservation. Returns the count before, where it fitted them (the
+    Does nothing without timing CPUs. Returns the count before, where it fitted them (the
     reference's worker puts it back after measuring the candidate's loop the same way)."""
     if device != "cpu":
         return None
-    reserved = _reserved_for(device, _reserved_here["count"])
-    return cap_torch_threads(len(reserved)) if reserved else None
+    held_on = timing_cpus(device, _reserved_here["count"])
+    return cap_torch_threads(len(held_on)) if held_on else None
 
 
 @contextmanager
 def timed_hold(device: str, reserved_cpus=_THIS_PROCESS, pid: int | None = None):
     """Around a held timing lock: the timed process (`pid`, this one by default) and everything
-    under it on the device's reserved CPUs, then back on the untimed ones. On the CPU backend,
-    in this process, torch's intra-op threads are at most as many as the reserved CPUs meanwhile
-    (more would take turns on them). Does nothing without a reservation (`untimed_worker` never
-    called, or 0)."""
+    under it on the device's timing CPUs (its reserved ones, or the CPU backend's shared one:
+    timing_cpus), then back on the untimed ones. On the CPU backend, in this process, torch's
+    intra-op threads are at most as many as those CPUs meanwhile (more would take turns on them).
+    Does nothing without them (`untimed_worker` never called, or 0)."""
     count = _reserved_here["count"] if reserved_cpus is _THIS_PROCESS else reserved_cpus
-    reserved = _reserved_for(device, count)
-    if not reserved:
+    held_on = timing_cpus(device, count)
+    if not held_on:
         yield
         return
     untimed = record_host().untimed(count)
     root = os.getpid() if pid is None else pid
-    move_tree(root, reserved)
-    threads_before = cap_torch_threads(len(reserved)) if root == os.getpid() and device == "cpu" else None
+    move_tree(root, held_on)
+    threads_before = cap_torch_threads(len(held_on)) if root == os.getpid() and device == "cpu" else None
     try:
         yield
     finally:

@@ -224,3 +224,68 @@ def test_without_a_reservation_a_pinned_process_stays_pinned(run_env, own_cpus_k
     host_quiet.untimed_worker(None)  # automatic: nothing on a machine under four cores
     if host_quiet.automatic_count(len(CPUS)) == 0:
         assert os.sched_getaffinity(0) == {CPUS[0]}
+
+
+def _two_cores():
+    """Two of this process's CPUs on different physical cores (a plan too small for a
+    reservation, as the 2-core box is), or None where there are no two."""
+    cores = host_quiet._cores(tuple(CPUS), host_quiet.TOPOLOGY)
+    return [cores[0][0], cores[-1][0]] if len(cores) > 1 else None
+
+
+@pytest.fixture
+def small_run(tmp_path, monkeypatch, own_cpus_kept):
+    """A run whose plan is two CPUs of two cores: no reservation (automatic_count), so the CPU
+    backend's timings share one CPU (host_quiet.timing_cpus)."""
+    cpus = _two_cores()
+    if cpus is None:
+        pytest.skip("needs two physical cores")
+    monkeypatch.setenv(HOST_ENV, f"{cpus[0]},{cpus[1]}|")
+    monkeypatch.setenv("CUDAAGENT_LOCK_DIR", str(tmp_path))
+    os.sched_setaffinity(0, set(cpus))
+    return set(cpus)
+
+
+def test_without_a_reservation_the_cpu_backends_timings_share_one_cpu(small_run):
+    """#40: on the 2-core box an identity candidate's 25 us call read 0.74-1.16x of eager with
+    its process and eager's each where the scheduler put them, 0.98-1.02x with both on one CPU.
+    Every hold of the CPU backend puts its timed process on the same CPU (the top core's), with
+    torch's threads fitted to it, and back on all of the run's after; nothing is reserved, so
+    untimed work keeps every CPU; the GPU backend and reserved_cpus 0 move nothing."""
+    import torch
+
+    top = max(small_run)
+    assert host_quiet.timing_cpus("cpu", None) == {top} == host_quiet.timing_cpus("cpu", None)
+    assert not host_quiet.reserves_cores("cpu", None)  # untimed work is not kept off it
+    assert record_host().untimed(None) == small_run
+    torch.set_num_threads(2)
+    host_quiet.untimed_worker(None)
+    assert os.sched_getaffinity(0) == small_run
+    with host_quiet.timed_hold("cpu"):
+        assert os.sched_getaffinity(0) == {top}
+        assert torch.get_num_threads() == 1
+    assert os.sched_getaffinity(0) == small_run and torch.get_num_threads() == 2
+    for device, count in (("cuda", None), ("cpu", 0)):
+        assert host_quiet.timing_cpus(device, count) == set()
+        with host_quiet.timed_hold(device, count):
+            assert os.sched_getaffinity(0) == small_run
+
+
+def test_a_candidates_worker_timed_on_its_behalf_shares_the_same_cpu(small_run):
+    """The evaluating process holds the lock for a candidate's worker: the worker and its
+    threads go onto the shared timing CPU for the hold, fit torch's threads to it, and are back
+    on both CPUs after; the holder stays where it was."""
+    top = max(small_run)
+    host_quiet.untimed_worker(None)
+    worker, conn = _start(targets.timed_by_another, None)
+    try:
+        assert _ask(conn) == small_run
+        with device_lock("cpu", on_behalf_of=worker.pid):
+            assert _ask(conn) == {top}
+            assert os.sched_getaffinity(0) == small_run
+            conn.send("fit")
+            assert conn.poll(60) and conn.recv() == 1
+        assert _ask(conn) == small_run
+    finally:
+        conn.send("exit")
+        worker.join(10)
