@@ -89,6 +89,11 @@ def print_table(frame: pd.DataFrame, console: Console, title: str) -> None:
 
 def print_parent_profile(profiler: cProfile.Profile, path: Path, threads_before: dict[str, float],
                          console: Console) -> None:
+    profiler.create_stats()
+    if not profiler.stats:  # only the warm repeats are profiled: --repeats 1 has none
+        console.print("no warm repeat was profiled (the first repeat of each pair is left out): give --repeats 2 "
+                      "or more for the evaluating process's profile")
+        return
     profiler.dump_stats(path)
     for order in ("tottime", "cumulative"):
         text = io.StringIO()
