@@ -223,6 +223,9 @@ run_section() {
                   [ -n "${PURE_PROFILE_ONLY:-}" ] || python3 -m experiments.eval_side_by_side --kernelbench "${KERNELBENCH:-.kernelbench}" --work /tmp/pure-side \
                     --workers "${PURE_WORKERS:-8}" --pairs "$dir/pairs/level1/problems" "$dir/pairs/level1/candidates" \
                     --pairs "$dir/pairs/level2/problems" "$dir/pairs/level2/candidates" --json "$OUT/pure_side_by_side.json" ;;
+    # #41: what opening a CUDA context costs a forked process when 1, 8 or 16 start at once.
+    cuda-start) python3 -m experiments.cuda_start_contention --processes "${CUDA_START_PROCESSES:-1,8,16}" \
+                  --repeats "${CUDA_START_REPEATS:-2}" --json "$OUT/cuda_start_contention.json" ;;
     sandbox-layers) python3 -m experiments.sandbox_layers --json "$OUT/sandbox_layers.json" ;;
     sandbox-launches) python3 -m experiments.sandbox_layers --launches --json "$OUT/sandbox_launches.json" ;;
     # Where a warm load_inline's seconds go (import torch, CUDA's start, the candidate's import).
