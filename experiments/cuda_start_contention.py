@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import statistics
 import sys
 import time
@@ -65,14 +66,30 @@ def run_wave(count: int) -> list[dict]:
         os.close(write_fd)
         children.append((pid, read_fd))
     os.write(release_write, b"x" * count)
+    # Each child's answer when it comes and its reaping when it ends, whatever the order: read in
+    # turn, a child that answered early had long exited by the time its answer was read.
+    answers, said, reaped, status_of = {}, {}, {}, {}
+    by_fd = {read_fd: pid for pid, read_fd in children}
+    waiting = set(by_fd)
+    while waiting or len(reaped) < count:
+        if waiting:
+            ready, _, _ = select.select(list(waiting), [], [], 0.001)
+            for read_fd in ready:
+                pid = by_fd[read_fd]
+                answers[pid] = os.read(read_fd, 65536).decode()
+                if answers[pid]:  # not the end of a pipe whose child died first
+                    said[pid] = time.perf_counter()
+                waiting.discard(read_fd)
+                os.close(read_fd)
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid:
+            reaped[pid], status_of[pid] = time.perf_counter(), status
     rows = []
-    for pid, read_fd in children:
-        with os.fdopen(read_fd) as reply:
-            line = reply.readline()
-        said = time.perf_counter()
-        _, status = os.waitpid(pid, 0)
-        row = json.loads(line) if line else {"error": f"child exited with {status} before answering"}
-        row["exit"] = time.perf_counter() - said
+    for pid, _ in children:
+        line = answers.get(pid, "")
+        row = json.loads(line) if line.strip() else {"error": f"child exited with code {os.waitstatus_to_exitcode(status_of[pid])} before answering"}
+        if pid in said:
+            row["exit"] = max(0.0, reaped[pid] - said[pid])
         rows.append(row)
     os.close(release_read)
     os.close(release_write)
@@ -87,7 +104,7 @@ def summarise(waves: dict[int, list[list[dict]]]) -> list[dict]:
         entry = {"processes": count, "children": len(rows),
                  "failed": sum("error" in row for wave in repeats for row in wave)}
         for step in STEPS:
-            values = [row[step] for row in rows]
+            values = [row[step] for row in rows if step in row]
             entry[f"{step}_median_s"] = statistics.median(values) if values else None
             entry[f"{step}_max_s"] = max(values) if values else None
         table.append(entry)

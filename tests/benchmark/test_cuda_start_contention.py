@@ -36,3 +36,35 @@ def test_without_a_gpu_it_says_where_to_run_it(capsys, monkeypatch):
 def test_bad_counts_are_refused():
     with pytest.raises(SystemExit):
         cuda_start_contention.main(["--processes", "0"])
+
+
+def _answers(write_fd, release_fd):
+    import json
+    import os
+
+    os.read(release_fd, 1)
+    os.write(write_fd, (json.dumps({step: 0.01 for step in STEPS[:-1]}) + "\n").encode())
+    os._exit(0)
+
+
+def _dies(write_fd, release_fd):
+    import os
+
+    os.read(release_fd, 1)
+    os._exit(3)
+
+
+def test_a_wave_forks_its_children_together_and_times_each_ones_exit(monkeypatch):
+    """Children forked from this process, released at once; every answer read as it comes and
+    every child reaped, so each exit is its own (read in turn, the early ones read 0)."""
+    monkeypatch.setattr(cuda_start_contention, "_child", _answers)
+    rows = cuda_start_contention.run_wave(3)
+    assert len(rows) == 3
+    for row in rows:
+        assert row["cuda_start"] == 0.01 and 0 <= row["exit"] < 5
+
+
+def test_a_child_that_dies_before_answering_is_a_row_with_its_status(monkeypatch):
+    monkeypatch.setattr(cuda_start_contention, "_child", _dies)
+    (row,) = cuda_start_contention.run_wave(1)
+    assert "error" in row and "before answering" in row["error"] and "exit" not in row
