@@ -23,6 +23,7 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import re
 import statistics
 import sys
 import threading
@@ -246,9 +247,11 @@ def summarise(sides: dict[str, dict]) -> list[dict]:
 
 
 def level_of(problem: str) -> str:
-    """`level2` for a problem written by published_styles (`level2_<name>.py`), else `other`."""
-    prefix = Path(problem).stem.split("_", 1)[0]
-    return prefix if prefix.startswith("level") else "other"
+    """`level2` for a problem written by published_styles (`level2_<name>.py`) or named as
+    KernelBench's solutions are (`level_2_problem_36_sample_0_kernel.py`: the identity pairs),
+    else `other` (the fifteenth session's pure-PyTorch table put all 32 under "level")."""
+    found = re.match(r"level_?(\d+)_", Path(problem).stem)
+    return f"level{found.group(1)}" if found else "other"
 
 
 def by_level(sides: dict[str, dict]) -> list[dict]:

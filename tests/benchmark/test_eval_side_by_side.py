@@ -107,6 +107,9 @@ def test_medians_per_level_from_the_problem_names():
     from experiments.eval_side_by_side import by_level, level_of
 
     assert level_of("/w/styles/problems/level3_9_ResNet18.py") == "level3" and level_of("/p/small.py") == "other"
+    # The identity pairs are named as KernelBench's solutions are: all 32 were one "level" once.
+    assert level_of("/tmp/identity/pairs/level2/problems/level_2_problem_36_sample_0_kernel.py") == "level2"
+    assert level_of("/x/level_10_problem_1_sample_0_kernel.py") == "level10" and level_of("/x/levels.py") == "other"
     rows = [{"problem": f"/p/level{level}_{n}.py", "candidate": "/c/x.py", "outcome": "correct", "seconds": seconds,
              "build_s": seconds - after, "outside_build_s": after}
             for level, n, seconds, after in [(1, 1, 50.0, 2.0), (1, 2, 60.0, 4.0), (3, 1, 70.0, 9.0)]]
