@@ -223,11 +223,11 @@ def untimed_worker(reserved_cpus: int | None) -> None:
 def fit_timed_threads(device: str) -> int | None:
     """In a timed process whose hold another process takes on its behalf (a candidate's worker:
     the evaluating process holds the lock, locks.device_lock's `on_behalf_of`), before its first
-    timed request: on the CPU backend, torch's intra-op threads at most as many as the reserved
-    CPUs (or the CPU backend's shared timing CPU: timing_cpus), as `timed_hold` makes them in a
-    holder of its own. Not put back: every request of its
-    after that but the staging runs under a hold, and an intra-op pool grown again starts
-    threads the harness did not have before the candidate's code loaded (outside_view.py).
+    timed request: on the CPU backend, torch's intra-op threads at most as many as its timing
+    CPUs (the reserved ones, or the shared one: timing_cpus), as `timed_hold` makes them in a
+    holder of its own. Not put back: every request of its after that but the staging runs under
+    a hold, and an intra-op pool grown again starts threads the harness did not have before the
+    candidate's code loaded (outside_view.py).
     Does nothing without timing CPUs. Returns the count before, where it fitted them (the
     reference's worker puts it back after measuring the candidate's loop the same way)."""
     if device != "cpu":
