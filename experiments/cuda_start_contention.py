@@ -70,24 +70,29 @@ def run_wave(count: int) -> list[dict]:
     # turn, a child that answered early had long exited by the time its answer was read.
     answers, said, reaped, status_of = {}, {}, {}, {}
     by_fd = {read_fd: pid for pid, read_fd in children}
-    waiting = set(by_fd)
-    while waiting or len(reaped) < count:
-        if waiting:
-            ready, _, _ = select.select(list(waiting), [], [], 0.001)
-            for read_fd in ready:
-                pid = by_fd[read_fd]
-                answers[pid] = os.read(read_fd, 65536).decode()
-                if answers[pid]:  # not the end of a pipe whose child died first
-                    said[pid] = time.perf_counter()
-                waiting.discard(read_fd)
-                os.close(read_fd)
-        pid, status = os.waitpid(-1, os.WNOHANG)
-        if pid:
-            reaped[pid], status_of[pid] = time.perf_counter(), status
+    waiting, running = set(by_fd), {pid for pid, _ in children}
+    while waiting or running:
+        ready, _, _ = select.select(list(waiting), [], [], 0.001) if waiting else ([], [], [])
+        for read_fd in ready:
+            pid = by_fd[read_fd]
+            answers[pid] = os.read(read_fd, 65536).decode()
+            if answers[pid]:  # not the end of a pipe whose child died first
+                said[pid] = time.perf_counter()
+            waiting.discard(read_fd)
+            os.close(read_fd)
+        # Our children only, by pid: waitpid(-1) would reap the caller's other children too.
+        for pid in list(running):
+            ended, status = os.waitpid(pid, os.WNOHANG)
+            if ended:
+                reaped[pid], status_of[pid] = time.perf_counter(), status
+                running.discard(pid)
+        if not waiting and running:
+            time.sleep(0.001)  # only exits left to see: no core spun while they tear down
     rows = []
     for pid, _ in children:
         line = answers.get(pid, "")
-        row = json.loads(line) if line.strip() else {"error": f"child exited with code {os.waitstatus_to_exitcode(status_of[pid])} before answering"}
+        code = os.waitstatus_to_exitcode(status_of[pid])
+        row = json.loads(line) if line.strip() else {"error": f"child exited with code {code} before answering"}
         if pid in said:
             row["exit"] = max(0.0, reaped[pid] - said[pid])
         rows.append(row)

@@ -68,3 +68,23 @@ def test_a_child_that_dies_before_answering_is_a_row_with_its_status(monkeypatch
     monkeypatch.setattr(cuda_start_contention, "_child", _dies)
     (row,) = cuda_start_contention.run_wave(1)
     assert "error" in row and "before answering" in row["error"] and "exit" not in row
+
+
+def _answers_late(write_fd, release_fd):
+    import time
+
+    time.sleep(0.3)
+    _answers(write_fd, release_fd)
+
+
+def test_a_wave_reaps_its_own_children_only(monkeypatch):
+    """The caller's other children are left to it: a process of its own that ends during the wave
+    still reports its own exit code (waitpid(-1) would have taken it)."""
+    import subprocess
+    import sys
+
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(7)"])
+    monkeypatch.setattr(cuda_start_contention, "_child", _answers_late)
+    rows = cuda_start_contention.run_wave(2)
+    assert all("error" not in row for row in rows)
+    assert other.wait(30) == 7
