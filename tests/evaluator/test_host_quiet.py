@@ -258,17 +258,21 @@ def test_without_a_reservation_the_cpu_backends_timings_share_one_cpu(small_run)
     assert host_quiet.timing_cpus("cpu", None) == {top} == host_quiet.timing_cpus("cpu", None)
     assert not host_quiet.reserves_cores("cpu", None)  # untimed work is not kept off it
     assert record_host().untimed(None) == small_run
+    threads = torch.get_num_threads()
     torch.set_num_threads(2)
-    host_quiet.untimed_worker(None)
-    assert os.sched_getaffinity(0) == small_run
-    with host_quiet.timed_hold("cpu"):
-        assert os.sched_getaffinity(0) == {top}
-        assert torch.get_num_threads() == 1
-    assert os.sched_getaffinity(0) == small_run and torch.get_num_threads() == 2
-    for device, count in (("cuda", None), ("cpu", 0)):
-        assert host_quiet.timing_cpus(device, count) == set()
-        with host_quiet.timed_hold(device, count):
-            assert os.sched_getaffinity(0) == small_run
+    try:
+        host_quiet.untimed_worker(None)
+        assert os.sched_getaffinity(0) == small_run
+        with host_quiet.timed_hold("cpu"):
+            assert os.sched_getaffinity(0) == {top}
+            assert torch.get_num_threads() == 1
+        assert os.sched_getaffinity(0) == small_run and torch.get_num_threads() == 2
+        for device, count in (("cuda", None), ("cpu", 0)):
+            assert host_quiet.timing_cpus(device, count) == set()
+            with host_quiet.timed_hold(device, count):
+                assert os.sched_getaffinity(0) == small_run
+    finally:
+        torch.set_num_threads(threads)  # the tests that follow in this process get their own
 
 
 def test_a_candidates_worker_timed_on_its_behalf_shares_the_same_cpu(small_run):
