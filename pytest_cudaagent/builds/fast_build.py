@@ -499,12 +499,13 @@ def install(pch_root: Path | None, split: bool = True, diet: bool = False, lean:
 
         with build_lock(arguments["build_directory"]):
             moved = binding_to_main(sources, arguments["build_directory"]) if wrapped_nvcc and diet else None
-            if moved is None:
-                declared = lean_declared_main(sources, arguments["build_directory"]) if wrapped_nvcc and diet else None
-                if declared is None:
-                    return build()
+            declared = (lean_declared_main(sources, arguments["build_directory"])
+                        if moved is None and wrapped_nvcc and diet else None)
+            if declared is not None:
                 return declared.build_lean_first(build, with_ready_pch(pch_root, written_cflags, with_cuda,
                                                                        header_diet.LEAN_BINDING_HEADERS))
+            if moved is None:
+                return build()
             try:
                 if moved.lean_text is not None:
                     try:
@@ -622,9 +623,12 @@ def binding_to_main(sources, build_directory) -> MovedBinding | None:
     translation unit of its own. None where that does not apply; the caller builds as written if
     the build fails (a binding that needs more of the source than its functions)."""
     found = _load_inline_main(sources, build_directory)
-    if found is None or len(found[2]) != 1:
+    if found is None:
         return None
-    main, main_text, (cuda,) = found
+    main, main_text, cuda_sources = found
+    if len(cuda_sources) != 1:
+        return None
+    (cuda,) = cuda_sources
     try:
         cuda_text = cuda.read_text()
     except (OSError, UnicodeDecodeError):
@@ -659,9 +663,11 @@ def lean_declared_main(sources, build_directory) -> MovedBinding | None:
     build's kernels are main.cpp's own; a main.cpp of the candidate's own; a copy the lean rules
     refuse; once failed in this build directory)."""
     found = _load_inline_main(sources, build_directory)
-    if found is None or not found[2]:
+    if found is None:
         return None
-    main, main_text, _ = found
+    main, main_text, cuda_sources = found
+    if not cuda_sources:
+        return None
     if not main_text.startswith(BARE_MAIN + "\n") or not LOAD_INLINE_MODULE.search(main_text):
         return None
     from torch.utils import cpp_extension
