@@ -945,9 +945,7 @@ class Evaluation:
             warm = worker.request(("warm", [shared_copies(s["inputs"]) for s in warm_sets]), self.config.run_timeout_s)
             # What the first eager round is timed under, before any audit has reported them.
             self.result.backend_settings["candidate"] = warm["backend_settings"]
-            # Asked only where the candidate's own warm-up does not already make it host-bound.
-            eager_host_bound = (not host_bound(warm["per_call_ms"], warm["device_ms"], timing)
-                                and self._eager_host_bound(reference_worker))
+            eager_host_bound = self._eager_host_bound(reference_worker)
         self._add_violations(warm["findings"])
         self._note_precision(warm["precision"])
         self.result.kernels = warm["kernel_names"]

@@ -244,13 +244,6 @@ def test_a_host_bound_eager_baseline_puts_a_device_bound_candidate_in_rounds_bes
     assert sum(entry[1] for entry in log if entry[0] == "time") == 50
 
 
-def test_eager_is_not_warmed_ahead_beside_a_host_bound_candidate(monkeypatch):
-    """In rounds already: eager's first round warms and profiles it, as before."""
-    run, log = _timed_on_the_gpu(monkeypatch, candidate_device_ms=0.5, eager_warm=(2.0, 0.5))
-    assert ("warm_eager",) not in log and len(run._interleaved) == 10
-    assert [entry[3] for entry in log if entry[0] == "baseline"] == [True] + [False] * 9
-
-
 def test_with_neither_side_host_bound_one_round_and_eager_after(monkeypatch):
     run, log = _timed_on_the_gpu(monkeypatch, candidate_device_ms=1.9, eager_warm=(2.0, 1.9))
     assert log == [("warm_eager",), ("time", 50)] and run._interleaved == []
