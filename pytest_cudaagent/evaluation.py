@@ -49,7 +49,7 @@ from .timing.backend_settings import BackendSettings, diff
 from .timing.baseline_cache import BaselineCache
 from .timing.baseline_spread import steadiest, unstable_warning
 from .timing.locks import device_lock, device_work
-from .timing.timer import fresh_call_count, host_bound, timing_rounds
+from .timing.timer import fresh_call_count, timing_rounds
 from .workers import outside_kill, start_ahead
 from .workers.channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
 from .workers.reference_batch import KEEP_SET_BYTES, KeptReference, batch_key
@@ -244,8 +244,6 @@ class Evaluation:
         self._interleaved: list[dict] | None = [] if "eager" in config.baselines else None
         self._candidate_rounds: list[list[float]] = []  # each round's timed samples (_paired_rounds)
         self._candidate_round_starts: list[list[int]] = []  # and when each of its calls began
-        # Eager warmed and profiled ahead of the rounds (_eager_host_bound): its first round is not.
-        self._eager_warmed = False
         # Fresh sets asked of the reference ahead of the timing (_ask_fresh_sets_ahead).
         self._fresh_pending = False
         self._fresh_ahead: list[dict] = []
@@ -943,17 +941,15 @@ class Evaluation:
             # Copies: the reference times its baselines on these very sets, so the candidate must
             # not get the reference's own memory to write into.
             warm = worker.request(("warm", [shared_copies(s["inputs"]) for s in warm_sets]), self.config.run_timeout_s)
-            # What the first eager round is timed under, before any audit has reported them.
-            self.result.backend_settings["candidate"] = warm["backend_settings"]
-            eager_host_bound = self._eager_host_bound(reference_worker)
         self._add_violations(warm["findings"])
         self._note_precision(warm["precision"])
+        # What the first eager round is timed under, before any audit has reported them.
+        self.result.backend_settings["candidate"] = warm["backend_settings"]
         self.result.kernels = warm["kernel_names"]
         set_bytes = _set_bytes(warm_sets[0])
-        timed_count = fresh_call_count(warm["per_call_ms"], set_bytes, timing, warm["device_ms"], eager_host_bound)
+        timed_count = fresh_call_count(warm["per_call_ms"], set_bytes, timing, warm["device_ms"])
         samples: list[float] = []
-        counts = self._round_counts(timed_count, timing_rounds(warm["per_call_ms"], warm["device_ms"], timing,
-                                                               eager_host_bound))
+        counts = self._round_counts(timed_count, timing_rounds(warm["per_call_ms"], warm["device_ms"], timing))
         for index, count in enumerate(counts):
             # Each eager round beside its round of the candidate's, in the same hold of the lock
             # (_eager_round says why), as long as the candidate's last round took; before it in
@@ -979,26 +975,6 @@ class Evaluation:
             self._check_busy_time(timed_ms, warm["device_busy_ms"])
         else:
             self._check_watched_time(timed_ms, audit)
-
-    def _eager_host_bound(self, reference_worker: Worker) -> bool:
-        """Whether the eager baseline is host-bound (timer.host_bound), from its warm-up and
-        profile, asked of the reference's worker in the candidate's hold of the timing lock (on
-        the GPU, where there is an eager baseline to time in rounds). Then the candidate is timed
-        as a host-bound call too, in rounds beside eager's: decided from the candidate's warm-up
-        alone, a CUDA graph (one launch, not host-bound) was timed in one round and eager after
-        it, whose launches (a GEMM, a scale and a training BatchNorm: 46 us of kernels) hid under
-        the L2 flush: 0.052 ms in every run, against KernelBench's 0.070-0.077 and 0.096-0.110
-        where the same problem's candidate was host-bound and timed in rounds (H100, #40)."""
-        if self._interleaved is None or self.device != "cuda" or self.config.timing_config.host_bound_ratio is None:
-            return False
-        with host_quiet.timed_hold(self.device, pid=reference_worker.process.pid):
-            eager = self._phase("baselines", lambda: reference_worker.request(
-                ("warm_eager", self._warm_positions(), self.result.backend_settings["candidate"]),
-                self.config.reference_timeout_s), worker=reference_worker, problem_side=True, record=False)
-        self._eager_warmed = True
-        self.result.env["eager_warm_up"] = {"per_call_ms": round(eager["per_call_ms"], 6),
-                                            "device_ms": eager["device_ms"] and round(eager["device_ms"], 6)}
-        return host_bound(eager["per_call_ms"], eager["device_ms"], self.config.timing_config)
 
     def _reads_lower_deciles(self) -> bool:
         """Whether the speedups divide lower deciles (_speedups): the candidate was timed in
@@ -1063,8 +1039,7 @@ class Evaluation:
         settings = self.result.backend_settings["candidate"]
         with host_quiet.timed_hold(self.device, pid=reference_worker.process.pid):
             return self._phase("baselines", lambda: reference_worker.request(
-                ("baseline", "eager", indices, settings, count, round_ms,
-                 not self._interleaved and not self._eager_warmed, True),
+                ("baseline", "eager", indices, settings, count, round_ms, not self._interleaved, True),
                 self.config.reference_timeout_s),
                 worker=reference_worker, problem_side=True, record=False)
 

@@ -119,40 +119,34 @@ def _sample_count(per_call_ms: float, config: TimingConfig, sets: int) -> int:
     return rounds * sets
 
 
-def host_bound(per_call_ms: float, device_ms: float | None, config: TimingConfig, beside: bool = False) -> bool:
+def host_bound(per_call_ms: float, device_ms: float | None, config: TimingConfig) -> bool:
     """A call whose wall time is host_bound_ratio times its device time or more (known on the
-    GPU only): its time is the host's, launching one small operator after another. `beside`:
-    the call it is compared with (the candidate's eager baseline) is host-bound, and both sides
-    are timed as host-bound (Evaluation._time_candidate)."""
-    if config.host_bound_ratio is None:
-        return False
-    return beside or bool(device_ms and per_call_ms >= config.host_bound_ratio * device_ms)
+    GPU only): its time is the host's, launching one small operator after another."""
+    return bool(config.host_bound_ratio is not None and device_ms and per_call_ms >= config.host_bound_ratio * device_ms)
 
 
-def repeat_budget_ms(per_call_ms: float, device_ms: float | None, config: TimingConfig, beside: bool = False) -> float:
+def repeat_budget_ms(per_call_ms: float, device_ms: float | None, config: TimingConfig) -> float:
     """The time the timed calls may take: repeat_ms, or host_bound_repeat_ms for a host-bound
-    call (or one compared with a host-bound call: `beside`)."""
-    if host_bound(per_call_ms, device_ms, config, beside):
+    call."""
+    if host_bound(per_call_ms, device_ms, config):
         return max(config.repeat_ms, config.host_bound_repeat_ms)
     return config.repeat_ms
 
 
-def timing_rounds(per_call_ms: float, device_ms: float | None, config: TimingConfig, beside: bool = False) -> int:
+def timing_rounds(per_call_ms: float, device_ms: float | None, config: TimingConfig) -> int:
     """How many alternating rounds the candidate's timed calls and the eager baseline's take:
-    timing_rounds, or host_bound_rounds for a host-bound call (or one compared with a host-bound
-    call: `beside`) where that is more."""
-    if host_bound(per_call_ms, device_ms, config, beside):
+    timing_rounds, or host_bound_rounds for a host-bound call where that is more."""
+    if host_bound(per_call_ms, device_ms, config):
         return max(config.timing_rounds, config.host_bound_rounds)
     return config.timing_rounds
 
 
-def fresh_call_count(per_call_ms: float, set_bytes: int, config: TimingConfig, device_ms: float | None = None,
-                     beside: bool = False) -> int:
+def fresh_call_count(per_call_ms: float, set_bytes: int, config: TimingConfig, device_ms: float | None = None) -> int:
     """How many timed calls, each on content never seen before: as many as the repeat budget
     wants (repeat_budget_ms: longer for a host-bound call, and at least host_bound_min_samples
     for one), within the memory the fresh sets may take, never fewer than min_samples."""
-    wanted = int(repeat_budget_ms(per_call_ms, device_ms, config, beside) / max(per_call_ms, 1e-3))
-    if host_bound(per_call_ms, device_ms, config, beside):
+    wanted = int(repeat_budget_ms(per_call_ms, device_ms, config) / max(per_call_ms, 1e-3))
+    if host_bound(per_call_ms, device_ms, config):
         wanted = max(wanted, config.host_bound_min_samples)
     fitting = config.fresh_inputs_bytes // max(set_bytes, 1)
     return max(config.min_samples, min(config.max_samples, wanted, fitting))

@@ -718,9 +718,13 @@ class ReferenceServer(RequestServer):
         # A round after the first (round_ms given) is neither warmed nor profiled again, as the
         # candidate's rounds are not: its device time is the first round's, and a profile pass in
         # each of ten rounds would cost more than the rounds.
+        warmed_for = (fn, tuple(set_indices))
         warmed = self._warmed_round if round_ms is not None else None
-        if warmed is None or warmed[0] != (fn, tuple(set_indices)):
-            per_call_ms, profiled = self.warmed_and_profiled(timer, fn, set_indices, buffers, keep=round_ms is not None)
+        if warmed is None or warmed[0] != warmed_for:
+            per_call_ms = timer.warm_up(call_on, buffers)
+            profiled = timer.profile(fn, buffers, lambda call: call(), per_call_ms)
+            if round_ms is not None:
+                self._warmed_round = (warmed_for, per_call_ms, profiled)
         else:
             _, per_call_ms, profiled = warmed
         overlap = timer.overlaps_launch(profiled)
@@ -748,34 +752,6 @@ class ReferenceServer(RequestServer):
             measurement.device_ms, measurement.device_busy_ms = profiled.device_ms, profiled.busy_ms
             measurement.kernel_names = profiled.kernel_names
         return measurement
-
-    def warmed_and_profiled(self, timer, fn, set_indices: list[int], buffers: list, keep: bool) -> tuple:
-        """`fn` warmed on `buffers` and its device time profiled: (per-call ms, the profile);
-        with `keep`, kept for the rounds that follow (timed_as_the_candidate)."""
-        per_call_ms = timer.warm_up(lambda buffer: lambda: fn(*buffer), buffers)
-        profiled = timer.profile(fn, buffers, lambda call: call(), per_call_ms)
-        if keep:
-            self._warmed_round = ((fn, tuple(set_indices)), per_call_ms, profiled)
-        return per_call_ms, profiled
-
-    def handle_warm_eager(self, set_indices: list[int], settings: dict) -> dict:
-        """The eager baseline warmed and its device time profiled on the warm-up sets, as its
-        first round would be, before the candidate's calls are split into rounds: whether the
-        call is host-bound is decided on either side (Evaluation._time_candidate), and a
-        launch-bound eager baseline beside a CUDA graph (one launch) is timed in rounds as the
-        graph would be if it were host-bound. Kept for the eager rounds that follow. Inside the
-        evaluator's hold of the timing lock, on the reserved cores (_on_the_evaluators_hold)."""
-        import torch
-
-        from ..timing.backend_settings import BackendSettings, applied
-        from ..timing.timer import Clock, Timer, input_buffers
-
-        timer = Timer(Clock(self.device), self.config.timing_config)
-        buffers = input_buffers([_to_device(self.sets[index]["inputs"], self.device) for index in set_indices])
-        with self._on_the_evaluators_hold(), applied(BackendSettings.from_dict(settings)), torch.no_grad():
-            self._warmed_round = None  # another evaluation's (a shared reference), or none
-            per_call_ms, profiled = self.warmed_and_profiled(timer, self.model, set_indices, buffers, keep=True)
-        return {"per_call_ms": per_call_ms, "device_ms": profiled.device_ms if profiled else None}
 
     def handle_calibrate(self, overlap: bool, staged: bool, count: int) -> dict:
         """What the candidate's timed loop costs around its calls, measured here where no

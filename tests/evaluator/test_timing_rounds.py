@@ -58,20 +58,14 @@ def test_the_candidates_calls_split_into_rounds_of_at_least_a_third_of_min_sampl
 
 
 class Reference:
-    """The reference's worker: answers each eager round with as many samples as it was asked,
-    and eager's warm-up (on the GPU, before the rounds are counted) with `eager_warm`: its
-    per-call ms and device ms (a call at its kernels' time by default)."""
+    """The reference's worker: answers each eager round with as many samples as it was asked."""
 
     process = types.SimpleNamespace(pid=os.getpid())
 
-    def __init__(self, log: list, settings: dict, speeds_ms: tuple = (), eager_warm: tuple = (2.0, 1.9)):
+    def __init__(self, log: list, settings: dict, speeds_ms: tuple = ()):
         self.log, self.settings, self.speeds_ms = log, settings, list(speeds_ms)
-        self.eager_warm = eager_warm
 
     def request(self, message: tuple, timeout_s: float) -> dict:
-        if message[0] == "warm_eager":
-            self.log.append(message[:1])
-            return dict(zip(("per_call_ms", "device_ms"), self.eager_warm, strict=True))
         self.log.append(message[:2] + message[4:5] + message[6:8])  # request, mode, count, first round, lock held
         count = message[4] if len(message) > 4 else 10
         per_call_ms = self.speeds_ms.pop(0) if self.speeds_ms else 2.0
@@ -206,62 +200,6 @@ def test_a_host_bound_call_is_timed_in_ten_rounds_and_a_device_bound_one_in_one(
         assert len(run._interleaved) == (expected if expected > 1 else 0)
 
 
-def _timed_on_the_gpu(monkeypatch, candidate_device_ms: float, eager_warm: tuple) -> tuple[Evaluation, list]:
-    """A GPU evaluation's timing with a 2 ms candidate call whose kernels take
-    `candidate_device_ms`, and eager's warm-up answering `eager_warm`: the evaluation and what
-    was asked of both workers, in order."""
-    run = evaluation(dataclasses.replace(TIMING, timing_rounds=1, host_bound_repeat_ms=100), device="cuda")
-    run.result.correct = True
-    run.result.backend_settings["candidate"] = {}
-    monkeypatch.setattr(run, "_set_count", lambda: run.config.trials + 3)
-    monkeypatch.setattr(run, "_check_kernels", lambda warm: None)
-    monkeypatch.setattr(run, "_check_busy_time", lambda median, busy: None)
-    log: list = []
-
-    def timed_request(worker, reference_worker, warm, count):
-        log.append(("time", count))
-        return {"samples_ms": [2.0] * count}, {"audited_ms": 1.0}, [], [], None
-
-    time_with(run, monkeypatch, timed_request)
-    run._time_candidate(Candidate(candidate_device_ms), Reference(log, {}, eager_warm=eager_warm),
-                        [{"inputs": [], "outputs": []}])
-    return run, log
-
-
-def test_a_host_bound_eager_baseline_puts_a_device_bound_candidate_in_rounds_beside_it(monkeypatch):
-    """A CUDA graph (one launch: its 2 ms call is its kernels' 1.9 ms) beside a launch-bound
-    eager baseline (2 ms a call for 0.5 ms of kernels): decided from the candidate alone, it was
-    timed in one round and eager after it, its launches hidden under the flush (0.052 ms against
-    KernelBench's 0.077 on the H100). Eager is warmed and profiled first, in the candidate's
-    hold; host-bound, both sides are timed in ten rounds, and its first round is not warmed again."""
-    run, log = _timed_on_the_gpu(monkeypatch, candidate_device_ms=1.9, eager_warm=(2.0, 0.5))
-    assert log[0] == ("warm_eager",)
-    assert sum(entry[0] == "time" for entry in log) == 10 == len(run._interleaved)
-    assert [entry[3] for entry in log if entry[0] == "baseline"] == [False] * 10  # warmed already
-    assert run.result.env["eager_warm_up"] == {"per_call_ms": 2.0, "device_ms": 0.5}
-    assert run._reads_lower_deciles()
-    # The candidate gets a host-bound call's budget too (host_bound_repeat_ms 100 here: 50 calls).
-    assert sum(entry[1] for entry in log if entry[0] == "time") == 50
-
-
-def test_with_neither_side_host_bound_one_round_and_eager_after(monkeypatch):
-    run, log = _timed_on_the_gpu(monkeypatch, candidate_device_ms=1.9, eager_warm=(2.0, 1.9))
-    assert log == [("warm_eager",), ("time", 50)] and run._interleaved == []
-
-
-def test_eager_is_not_warmed_ahead_on_the_cpu_or_without_an_eager_baseline_or_with_the_rule_off(monkeypatch):
-    """The CPU has no device time (no call is host-bound there); without an eager baseline
-    nothing is timed in rounds; host_bound_ratio None turns the rule off."""
-    log: list = []
-    cpu = evaluation()
-    assert cpu._eager_host_bound(Reference(log, {}, eager_warm=(2.0, 0.5))) is False
-    no_eager = evaluation(device="cuda", baselines=("compile",))
-    assert no_eager._eager_host_bound(Reference(log, {}, eager_warm=(2.0, 0.5))) is False
-    off = evaluation(dataclasses.replace(TIMING, host_bound_ratio=None), device="cuda")
-    assert off._eager_host_bound(Reference(log, {}, eager_warm=(2.0, 0.5))) is False
-    assert log == []
-
-
 def test_in_rounds_the_compile_speedup_divides_lower_deciles_too():
     """The compile baseline is timed after the candidate in one window, but a candidate timed
     in rounds is a host-bound one: its speedup over compile divides lower deciles as eager's
@@ -383,21 +321,15 @@ def test_a_cpu_evaluation_times_eager_in_rounds_between_the_candidates(tmp_path,
 
 
 class SlowEager:
-    """The reference's side of timed_as_the_candidate on the CPU: one set, a 2 ms call (`model`)."""
+    """The reference's side of timed_as_the_candidate on the CPU: one set, a 2 ms call."""
 
     device = "cpu"
 
-    def __init__(self, model=None):
+    def __init__(self):
         import torch
-
-        from pytest_cudaagent.workers.worker import ReferenceServer
 
         self.sets = [{"inputs": [torch.ones(4)], "outputs": [torch.ones(4)]}]
         self._warmed_round = None
-        self.model = model
-        self.config = EvalConfig(device="cpu", timing_config=TimingConfig(warmup_ms=10))
-        self.warmed_and_profiled = types.MethodType(ReferenceServer.warmed_and_profiled, self)
-        self._on_the_evaluators_hold = types.MethodType(ReferenceServer._on_the_evaluators_hold, self)
 
     def draw_inputs(self, seed: int) -> list:
         import torch
@@ -431,35 +363,3 @@ def test_an_eager_round_fits_the_candidates_round_time_and_is_warmed_once(monkey
     assert len(ReferenceServer.timed_as_the_candidate(side, timer, eager, [0], count=3, round_ms=1000.0).samples_ms) == 3
     assert len(ReferenceServer.timed_as_the_candidate(side, timer, eager, [0], count=None).samples_ms) >= 10
     assert len(warm_ups) == 2  # no round: warmed as ever
-
-
-def test_eager_warmed_ahead_is_kept_for_its_rounds_and_a_new_warm_up_forgets_another_evaluations():
-    """The warm-up the evaluator asks for before the rounds are counted (warm_eager) answers
-    eager's per-call and device time and is the one its rounds use: no round warms again. A
-    shared reference's next evaluation asks again, and its warm-up replaces the last one's."""
-    import time as clock
-
-    from pytest_cudaagent.timing.timer import Clock, Timer
-    from pytest_cudaagent.workers.worker import ReferenceServer
-
-    def eager(x):
-        clock.sleep(0.002)
-        return x
-
-    side = SlowEager(model=eager)
-    from pytest_cudaagent.timing.backend_settings import capture
-
-    settings = capture().to_dict()
-    reply = ReferenceServer.handle_warm_eager(side, [0], settings)
-    assert reply["per_call_ms"] >= 2.0 and reply["device_ms"] is None  # the CPU: no device time
-    kept = side._warmed_round
-    assert kept[0] == (eager, (0,)) and kept[1] == reply["per_call_ms"]
-    timer = Timer(Clock("cpu"), TimingConfig(warmup_ms=10))
-    warm_ups: list = []
-    warm_up = timer.warm_up
-    timer.warm_up = lambda *args: warm_ups.append(1) or warm_up(*args)
-    for _ in range(3):
-        assert ReferenceServer.timed_as_the_candidate(side, timer, eager, [0], count=4, round_ms=100.0).samples_ms
-    assert warm_ups == [] and side._warmed_round is kept
-    ReferenceServer.handle_warm_eager(side, [0], settings)
-    assert side._warmed_round is not kept
