@@ -508,6 +508,9 @@ class Evaluation:
         """The reference's worker: the one started ahead with the candidate's (start_ahead.py),
         or a new one."""
         worker, self._reference_ahead = self._reference_ahead, None
+        if worker is not None and not worker.process.is_alive():
+            worker.close()  # ended while it waited: this evaluation starts its own, as without one
+            worker = None
         if worker is None:
             worker = Worker(reference_main, reference_spec(self.problem, self.device, self.config), self.config.memory_cap_gb)
         else:

@@ -128,6 +128,18 @@ def test_no_reference_starts_ahead_where_the_batch_keeps_one_for_the_next_pair(t
         close_kept()
 
 
+def test_a_reference_started_ahead_that_ended_while_it_waited_is_replaced(two_candidates):
+    first, second = two_candidates
+    start_ahead.state().announce(SMALL_LEAKY, second, CONFIG)
+    assert evaluate(SMALL_LEAKY, first, CONFIG).passed
+    reference = started_worker().reference
+    reference.process.kill()
+    reference.process.join(timeout=30)
+    result = evaluate(SMALL_LEAKY, second, CONFIG)
+    assert result.passed and "reference_started_ahead" not in result.env
+    assert result.env["pids"]["reference"] != reference.process.pid
+
+
 def test_a_reference_started_ahead_for_a_pair_that_never_comes_is_closed(two_candidates):
     first, second = two_candidates
     start_ahead.state().announce(SMALL_LEAKY, second, CONFIG)
