@@ -252,9 +252,6 @@ class Evaluation:
         # The next pair's candidate worker, started by this evaluation (_start_next): paused while
         # this one times where no cores are reserved for timing (_next_worker_paused).
         self._started_ahead: StartedWorker | None = None
-        # This pair's reference worker, started ahead with its candidate's by the evaluation
-        # before (_spawn_candidate); taken by _spawn_reference, closed on the way out if not.
-        self._reference_ahead: Worker | None = None
         # Trials the reference could not repeat: its reply (why: "seed" or "settings").
         self._unrepeatable: dict[int, dict] = {}
         # Shared memory lent to the candidate's worker for one correctness call at a time.
@@ -302,9 +299,6 @@ class Evaluation:
             with self._profiled("parent.spawn_candidate"):
                 candidate_worker = self._spawn_candidate()
             kept = self._take_kept_reference()
-            if kept is not None and self._reference_ahead is not None:
-                self._reference_ahead.close()  # started for a pair whose batch now keeps its reference
-                self._reference_ahead = None
             if kept is None:
                 with self._profiled("parent.spawn_reference"):
                     reference_worker = self._spawn_reference()
@@ -393,9 +387,6 @@ class Evaluation:
         result = self.result
         # Kept only after a verdict: not on the way out of an interrupt or a crash of ours.
         keep_reference = ended and self._keepable(reference_worker)
-        if self._reference_ahead is not None:  # this evaluation ended before it took it
-            self._reference_ahead.close()
-            self._reference_ahead = None
         self._note_workers()
         result.profile["cpu.parent"] = time.process_time() - cpu_started
         with self._profiled("parent.close"):
@@ -505,18 +496,9 @@ class Evaluation:
         return self.config.trials + rotating
 
     def _spawn_reference(self) -> Worker:
-        """The reference's worker: the one started ahead with the candidate's (start_ahead.py),
-        or a new one."""
-        worker, self._reference_ahead = self._reference_ahead, None
-        if worker is not None and not worker.process.is_alive():
-            worker.close()  # ended while it waited: this evaluation starts its own, as without one
-            worker = None
-        if worker is None:
-            worker = Worker(reference_main, reference_spec(self.problem, self.device, self.config), self.config.memory_cap_gb)
-        else:
-            self.result.env["reference_started_ahead"] = True
-        self._workers["reference"] = worker
-        return worker
+        spec = {"problem": str(self.problem), "device": self.device, "config": self.config.to_dict()}
+        self._workers["reference"] = Worker(reference_main, spec, self.config.memory_cap_gb)
+        return self._workers["reference"]
 
     # -- a reference shared by a batch (reference_batch.py) ------------------------------------
 
@@ -620,7 +602,6 @@ class Evaluation:
             self.sandbox, self.protected_hashes = ahead.sandbox, ahead.protected_hashes
             self.result.env["started_ahead_s"] = round(time.perf_counter() - ahead.started_at, 2)
             worker = ahead.worker
-            self._reference_ahead = ahead.take_reference()
         else:
             worker, self.sandbox = start_candidate_worker(self.candidate, self.config, self.device,
                                                           profile=self.result.profile)
@@ -635,18 +616,8 @@ class Evaluation:
         """The next pair this process evaluates, if announced: its worker starts now (once this
         candidate has built, or has ended before its build). A start that fails is left to that
         evaluation, which starts its own and reports what goes wrong as its own."""
-        current = self.problem.resolve()
-
-        def start(problem: Path, candidate: Path, config: EvalConfig) -> StartedWorker | None:
-            # No reference ahead where the next evaluation takes a kept one: the batch's store
-            # holds one for it, or this evaluation's (the same problem) will be kept for it.
-            keeps = bool(config.reference_batch) and (
-                Path(problem).resolve() == current
-                or reference_store().holds(batch_key(config.reference_batch, Path(problem), self.device, config.to_dict())))
-            return start_ahead_worker(problem, candidate, config, with_reference=not keeps)
-
         try:
-            started = start_ahead.state().start_announced(start)
+            started = start_ahead.state().start_announced(start_ahead_worker)
         except Exception as error:  # noqa: BLE001 - never this evaluation's verdict
             logger.warning("starting the next candidate's worker ahead failed: %s", error)
             return
@@ -655,7 +626,7 @@ class Evaluation:
             # No one reads it until its evaluation: its host memory is checked while this
             # evaluation waits on its own workers (the cap where no cgroup holds it).
             for worker in self._workers.values():
-                worker.also_watch = started.workers()
+                worker.also_watch = [started.worker]
 
     def _note_sandbox(self, report: dict) -> None:
         """The candidate worker's first message, sent before any of the candidate's code ran: what
@@ -928,8 +899,7 @@ class Evaluation:
         if started is None or host_quiet.reserves_cores(self.device, self.config.timing_config.reserved_cpus):
             yield
             return
-        with contextlib.ExitStack() as stack:
-            held = [pid for worker in started.workers() for pid in stack.enter_context(proc_tree.stopped(worker.process.pid))]
+        with proc_tree.stopped(started.worker.process.pid) as held:
             began = time.monotonic_ns()  # once every process is stopped (proc_tree.stopped waits)
             yield
             ended = time.monotonic_ns()
@@ -1461,17 +1431,9 @@ def start_candidate_worker(candidate: Candidate, config: EvalConfig, device: str
     return worker, sandbox
 
 
-def reference_spec(problem: Path, device: str, config: EvalConfig, started_ahead: bool = False) -> dict:
-    """What a reference worker is started with (worker.reference_main); `started_ahead`: it
-    opens its CUDA context at once (start_ahead.py)."""
-    return {"problem": str(problem), "device": device, "config": config.to_dict(), "started_ahead": started_ahead}
-
-
-def start_ahead_worker(problem: Path, candidate_path: Path, config: EvalConfig,
-                       with_reference: bool = True) -> StartedWorker | None:
-    """The announced next pair's candidate worker (start_ahead.py), and `with_reference` its
-    reference's; or None where its evaluation would stop before starting one (a file that is not
-    a problem or candidate, no GPU)."""
+def start_ahead_worker(problem: Path, candidate_path: Path, config: EvalConfig) -> StartedWorker | None:
+    """The announced next pair's candidate worker (start_ahead.py), or None where its evaluation
+    would stop before starting one (a file that is not a problem or candidate, no GPU)."""
     try:
         problem, candidate, device = checked_pair(problem, candidate_path, config)
         # Before its code runs: what the evaluation checks its workspace files against.
@@ -1482,15 +1444,7 @@ def start_ahead_worker(problem: Path, candidate_path: Path, config: EvalConfig,
     worker, sandbox = start_candidate_worker(candidate, config, device)
     if config.fast_build:
         start_pch(candidate, config.cache_dir, device)
-    started = StartedWorker(key, worker, sandbox, protected)
-    if with_reference:
-        try:
-            started.reference = Worker(reference_main, reference_spec(problem, device, config, started_ahead=True),
-                                       config.memory_cap_gb)
-        except Exception:
-            started.close()
-            raise
-    return started
+    return StartedWorker(key, worker, sandbox, protected)
 
 
 def judge_checked_call(label: str, expected: list, actual: list, tolerances: dict, timing) -> Violation | None:

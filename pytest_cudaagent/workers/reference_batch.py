@@ -74,10 +74,6 @@ class ReferenceStore:
             return None
         return kept
 
-    def holds(self, key: str) -> bool:
-        """Whether a reference is kept for `key` (alive or not: take says)."""
-        return key in self._kept
-
     def keep(self, key: str, kept: KeptReference) -> None:
         if threading.get_ident() != self._owner:
             kept.worker.close()

@@ -7,14 +7,6 @@ sandbox, its CUDA context and its build, while the current one's correctness tri
 baselines run on the GPU. The next evaluation takes that worker instead of starting one (#15: a
 batch's last builds ran on a mostly idle machine, after the first wave's checks and timings).
 
-The announced pair's reference worker starts with it (its process, its CUDA context and the
-problem's import), unless the next evaluation will take a reference kept for its batch
-(reference_batch.py): each evaluation opens two CUDA contexts, and the driver starts them one
-after another (on the H100 machine 0.33 s alone, 1.06 s with eight starting at once, 2.25 s with
-sixteen: experiments/cuda_start_contention.py), so the next pair's reference no longer waits for
-its context in its own evaluation. It prepares nothing ahead: its trial inputs and outputs are
-drawn once its evaluation has been admitted by the memory gate, as before.
-
 Nothing is shared between the two candidates: each has its own process, sandbox and build
 directory, as two xdist workers' candidates have. What changes is only when a worker starts:
 builds still run one at a time per evaluating process (the next starts once the current one's
@@ -52,21 +44,9 @@ class StartedWorker:
     sandbox: Sandbox
     protected_hashes: dict = field(default_factory=dict)
     started_at: float = field(default_factory=time.perf_counter)
-    # The pair's reference worker, started beside it (None: the evaluation starts or takes its own).
-    reference: Worker | None = None
-
-    def workers(self) -> list[Worker]:
-        return [self.worker] + ([self.reference] if self.reference is not None else [])
-
-    def take_reference(self) -> Worker | None:
-        """The reference worker, handed to the evaluation (closing this no longer closes it)."""
-        reference, self.reference = self.reference, None
-        return reference
 
     def close(self) -> None:
-        for worker in self.workers():
-            worker.close()
-        self.reference = None
+        self.worker.close()
         self.sandbox.close()
 
 

@@ -323,8 +323,6 @@ LOOP_STEPS = ("load", "seed", "flush_and_checks", "span_less_sample", "copy_outp
 
 def reference_main(conn, spec: dict) -> None:
     setup_worker(spec)
-    if spec.get("started_ahead"):
-        context_ahead(spec["device"])
     server = ReferenceServer(conn, spec)
     if server.import_problem():
         server.serve()
@@ -884,25 +882,6 @@ def open_gpu(device: str) -> None:
 
     torch.cuda.init()
     torch.empty(1, device=device)  # the device's context, made before any of the candidate's code
-
-
-def context_ahead(device: str) -> None:
-    """A reference worker started ahead of its evaluation (start_ahead.py) opens its CUDA
-    context now, while the evaluation before it runs, not at its first request. Where that
-    fails the worker goes on: its first request on the device meets the same error and reports
-    it, as a worker started with its evaluation would."""
-    if not device.startswith("cuda"):
-        return
-    try:
-        open_gpu(device)
-    except Exception as error:  # noqa: BLE001 - reported by the request that meets it again
-        print(f"the CUDA context could not be opened ahead: {error}", flush=True)
-        return
-    print(CONTEXT_AHEAD_LINE, flush=True)
-
-
-# The line a reference worker started ahead logs once its CUDA context is open (context_ahead).
-CONTEXT_AHEAD_LINE = "CUDA context opened ahead of the evaluation"
 
 
 def own_threads() -> list[int]:

@@ -4,7 +4,6 @@ and closed when its pair does not come."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shutil
 import threading
@@ -79,137 +78,14 @@ def test_the_announced_candidate_builds_before_its_evaluation_and_is_judged_the_
     assert started_worker() is None
 
 
-def test_the_announced_pairs_reference_starts_with_its_candidate_and_serves_its_evaluation(two_candidates):
-    """The next pair's reference worker starts beside its candidate's (on the GPU it opens its
-    CUDA context then: tests/gpu), and its evaluation takes it instead of starting one: same
-    verdict and trials as a reference started with its evaluation; it ends with its evaluation."""
-    first, second = two_candidates
-    start_ahead.state().announce(SMALL_LEAKY, second, CONFIG)
-    first_result = evaluate(SMALL_LEAKY, first, CONFIG)
-    started = started_worker()
-    assert started is not None and started.reference is not None and started.reference.process.is_alive()
-    reference = started.reference
-    second_result = evaluate(SMALL_LEAKY, second, CONFIG)
-    alone = evaluate(SMALL_LEAKY, second, CONFIG)
-    assert [first_result.status, second_result.status, alone.status] == ["passed"] * 3
-    assert second_result.env["reference_started_ahead"] is True
-    assert second_result.env["pids"]["reference"] == reference.process.pid
-    assert "reference_started_ahead" not in first_result.env and "reference_started_ahead" not in alone.env
-    assert [t.correct for t in second_result.trials] == [t.correct for t in alone.trials]
-    assert second_result.reward == alone.reward
-    reference.process.join(timeout=30)
-    assert not reference.process.is_alive()
-
-
-def test_no_reference_starts_ahead_where_the_batch_keeps_one_for_the_next_pair(two_candidates, tmp_path):
-    """With a batch id the next evaluation of the same problem takes this one's reference, kept
-    for it (reference_batch.py), and one whose problem the store already keeps a reference for
-    takes that: a reference started ahead would be a process and a CUDA context for nothing."""
-    from pytest_cudaagent.workers.reference_batch import KeptReference, batch_key, close_kept
-    from pytest_cudaagent.workers.reference_batch import store as reference_store
-
-    first, second = two_candidates
-    batch = cpu_config(policy="permissive", trials=2, reference_batch="batch-a")
-    try:
-        start_ahead.state().announce(SMALL_LEAKY, second, batch)
-        assert evaluate(SMALL_LEAKY, first, batch).passed
-        assert started_worker() is not None and started_worker().reference is None
-        shared = evaluate(SMALL_LEAKY, second, batch)
-        assert shared.passed and shared.env["reference_shared"] == 2 and "reference_started_ahead" not in shared.env
-        other = tmp_path / "other_problem.py"
-        shutil.copy(SMALL_LEAKY, other)
-        kept_worker = FakeWorker()
-        reference_store().keep(batch_key("batch-a", other, "cpu", batch.to_dict()), KeptReference(kept_worker, {}, 1))
-        start_ahead.state().announce(other, second, batch)
-        assert evaluate(SMALL_LEAKY, first, batch).passed
-        assert started_worker() is not None and started_worker().reference is None
-    finally:
-        start_ahead.forget()
-        close_kept()
-
-
-def test_a_reference_started_ahead_that_ended_while_it_waited_is_replaced(two_candidates):
-    first, second = two_candidates
-    start_ahead.state().announce(SMALL_LEAKY, second, CONFIG)
-    assert evaluate(SMALL_LEAKY, first, CONFIG).passed
-    reference = started_worker().reference
-    reference.process.kill()
-    reference.process.join(timeout=30)
-    result = evaluate(SMALL_LEAKY, second, CONFIG)
-    assert result.passed and "reference_started_ahead" not in result.env
-    assert result.env["pids"]["reference"] != reference.process.pid
-
-
-def test_a_reference_started_ahead_for_a_pair_that_never_comes_is_closed(two_candidates):
-    first, second = two_candidates
-    start_ahead.state().announce(SMALL_LEAKY, second, CONFIG)
-    assert evaluate(SMALL_LEAKY, first, CONFIG).passed
-    reference = started_worker().reference
-    assert reference is not None and reference.process.is_alive()
-    start_ahead.forget()
-    reference.process.join(timeout=30)
-    assert not reference.process.is_alive()
-
-
-def test_an_evaluation_that_takes_a_kept_reference_closes_the_one_started_ahead(two_candidates):
-    """A pair announced without a batch id's store holding its reference, then met with one
-    kept: the evaluation takes the kept one and closes the one started for it."""
-    from pytest_cudaagent.workers.reference_batch import close_kept
-
-    first, second = two_candidates
-    batch = cpu_config(policy="permissive", trials=2, reference_batch="batch-b")
-    try:
-        assert evaluate(SMALL_LEAKY, first, batch).passed  # its reference kept for the batch
-        started = evaluation_module.start_ahead_worker(SMALL_LEAKY, second, batch, with_reference=True)
-        unused_reference = started.reference
-        assert unused_reference is not None
-        start_ahead.state()._started = started
-        result = evaluate(SMALL_LEAKY, second, batch)
-        assert result.passed and result.env["reference_shared"] == 2 and "reference_started_ahead" not in result.env
-        assert result.env["started_ahead_s"] >= 0  # the candidate's worker was taken
-        unused_reference.process.join(timeout=30)
-        assert not unused_reference.process.is_alive()
-    finally:
-        start_ahead.forget()
-        close_kept()
-
-
-def test_both_workers_started_ahead_are_stopped_while_a_call_is_timed(tmp_path):
-    """Where no cores are reserved for timing, the next pair's candidate and reference workers
-    (and what is below them) are stopped together for the timed window."""
-    import subprocess
-
-    import psutil
-
-    from tests.helpers import QUICK_TIMING
-
-    config = cpu_config(timing_config=dataclasses.replace(QUICK_TIMING, reserved_cpus=0))
-    run = evaluation_module.Evaluation(SMALL_LEAKY, evaluation_module.check_candidate(SAYS_WHEN), config, "cpu")
-    sleepers = [subprocess.Popen(["sleep", "30"]) for _ in range(2)]
-    try:
-        candidate, reference = FakeWorker(), FakeWorker()
-        candidate.process, reference.process = sleepers
-        started = StartedWorker("k", candidate, FakeSandbox())
-        started.reference = reference
-        run._started_ahead = started
-        with run._next_worker_paused("the candidate"):
-            assert [psutil.Process(p.pid).status() for p in sleepers] == [psutil.STATUS_STOPPED] * 2
-        assert [psutil.Process(p.pid).status() for p in sleepers] != [psutil.STATUS_STOPPED] * 2
-        assert run.result.env["paused_ahead"][0]["processes"] == 2
-    finally:
-        for sleeper in sleepers:
-            sleeper.kill()
-            sleeper.wait()
-
-
 def test_the_next_worker_starts_only_once_the_current_candidate_has_built(two_candidates, monkeypatch):
     first, second = two_candidates
     seen = {}
     original = evaluation_module.start_ahead_worker
 
-    def recording(problem, candidate, config, with_reference=True):
+    def recording(problem, candidate, config):
         seen["at"] = time.time()
-        return original(problem, candidate, config, with_reference)
+        return original(problem, candidate, config)
 
     monkeypatch.setattr(evaluation_module, "start_ahead_worker", recording)
     start_ahead.state().announce(SMALL_LEAKY, second, CONFIG)
@@ -310,7 +186,7 @@ def test_a_file_that_is_no_candidate_starts_nothing_and_fails_as_before(tmp_path
 def test_a_start_that_fails_leaves_the_current_verdict_and_the_next_starts_its_own(two_candidates, monkeypatch):
     first, second = two_candidates
 
-    def broken(problem, candidate, config, with_reference=True):
+    def broken(problem, candidate, config):
         raise OSError("no room for a scratch directory")
 
     monkeypatch.setattr(evaluation_module, "start_ahead_worker", broken)
