@@ -210,6 +210,9 @@ run_section() {
     # #41: pure-PyTorch candidates at KernelBench's sizes (the identity set's levels 1-2), correctness only:
     # where one evaluation's time goes (PURE_PAIRS: candidate files of the identity set), then
     # KernelBench's eval and `cudaagent bench --no-timing` side by side at PURE_WORKERS.
+    # #41: the zygote's imports in N fresh interpreters at once (what the first wave waits for).
+    import-contention) python3 -m experiments.import_contention --processes "${IMPORT_PROCESSES:-1,8,16}" \
+                         --json "$OUT/import_contention.json" ;;
     pure-pytorch) identity_restore
                   dir=${IDENTITY_DIR:-/tmp/identity}; rm -rf /tmp/pure && mkdir -p /tmp/pure/problems /tmp/pure/candidates
                   for name in ${PURE_PAIRS:-level_1_problem_1_sample_0_kernel level_1_problem_72_sample_0_kernel level_2_problem_14_sample_0_kernel level_3_problem_1_sample_0_kernel}; do
@@ -463,7 +466,7 @@ run_section() {
     *) echo "unknown section $section; sections: evaluator-tests all-gpu-tests gpu-tests-core gpu-tests-rest gpu-tests batch-timer timed-accounting differential issue39 compat-bench speed-fidelity" \
             "l2 sandbox faults reward build-speed warm-load side-by-side baseline-contention compare-contention timed-overhead timed-overhead-triton sandbox-layers sandbox-launches phase-profile verify bench spread jitter policy trainer synthesis" \
             "timed-steps timed-path host-quiet-cost identity-make identity-alone identity-batched identity-kernelbench identity-report speed-fidelity-launch-bound" \
-            "throughput-harness throughput-sequential throughput-wait throughput-report" \
+            "throughput-harness throughput-sequential throughput-wait throughput-report cuda-start import-contention pure-pytorch" \
             "bus-copies under-load-prepare under-load-alone under-load-admit under-load-retry under-load-report under-load-identity identity-gpus identity-all recheck shards timed-under-load"
        return 2 ;;
   esac
