@@ -851,6 +851,9 @@ CANDIDATE_REPLY_KEYS = {
 def candidate_main(conn, spec: dict) -> None:
     setup_worker(spec)
     from .sandbox import confine, missing
+    from .zygote import import_after_ready
+
+    import_after_ready()
 
     def serve(report: dict) -> None:
         if spec["sandbox"]["require"] and missing(report):

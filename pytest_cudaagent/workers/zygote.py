@@ -46,6 +46,13 @@ PRELOAD = ("numpy", "torch", "torch._dynamo", "triton", "triton.language",
            "pytest_cudaagent.timing.locks", "pytest_cudaagent.core.conventions", "pytest_cudaagent.core.files",
            "pytest_cudaagent.core.compare", "pytest_cudaagent.timing.backend_settings", "pytest_cudaagent.workers.sandbox",
            "pytest_cudaagent.rules.static_scan", "pytest_cudaagent.rules.rules")
+# Of PRELOAD, imported after the zygote has said it is ready, one module at a time while no fork is
+# asked for: on the H100 machine `import torch` took 4.3-5.1 s and torch._dynamo (Triton with it)
+# 5.1-6.1 s more, whether one interpreter imported them or sixteen at once
+# (experiments/import_contention.py), and the first eight evaluations of a batch of eight workers
+# waited 4.5-8.3 s for their zygote's first fork. A worker forked before these are in imports what
+# it needs itself (the candidate's worker imports torch._dynamo before the candidate's code).
+AFTER_READY = ("torch._dynamo", "triton", "triton.language")
 ENABLE_ENV = "CUDAAGENT_ZYGOTE"
 READY_TIMEOUT_S = 600.0  # the first fork waits for the imports (tens of seconds on a cold disk)
 EXIT_WAIT_S = 5.0  # a closed zygote's own exit, before it is killed
@@ -204,7 +211,7 @@ class _Zygote:
         # cross this pipe.
         context = multiprocessing.get_context("spawn")
         self.control, child_end = context.Pipe()
-        self.process = context.Process(target=_zygote_main, args=(child_end, PRELOAD), daemon=True,
+        self.process = context.Process(target=_zygote_main, args=(child_end, PRELOAD, AFTER_READY), daemon=True,
                                        name="cudaagent-zygote")
         self.process.start()
         child_end.close()
@@ -224,9 +231,8 @@ class _Zygote:
         with self._fork_lock:
             if self.report is None:
                 self.report = self._receive(READY_TIMEOUT_S, "finish its imports")
-                if self.report["fork_poisoned"]:
-                    raise ZygoteUnavailable("an import of the zygote touched CUDA, so its children could not "
-                                            "use the GPU (experiments/zygote_fork_check.py says which)")
+            if self.report["fork_poisoned"]:
+                raise ZygoteUnavailable(POISONED)
             status_read, status_write = os.pipe()
             try:
                 self.control.send((list(sys.path), os.getcwd(), payload))
@@ -235,10 +241,15 @@ class _Zygote:
             finally:
                 os.close(status_write)
             try:
-                pid = self._receive(60, "fork")["pid"]
+                reply = self._receive(60, "fork")
             except BaseException:
                 os.close(status_read)
                 raise
+            if reply.get("fork_poisoned"):  # an import after it said it was ready (AFTER_READY)
+                os.close(status_read)
+                self.report["fork_poisoned"] = True
+                raise ZygoteUnavailable(POISONED)
+            pid = reply["pid"]
             child = ZygoteProcess(pid, status_read)
             self.busy()  # the ended ones forgotten: one zygote may fork thousands in a trainer's run
             self.children.append(child)
@@ -268,26 +279,52 @@ class _Zygote:
 # The zygote
 
 
-def _zygote_main(control: Connection, preload: tuple[str, ...]) -> None:
-    """Import, then fork on request until the evaluator closes its end (or dies: the same
-    end-of-file). Its children die with it (PDEATHSIG, set by each child)."""
+POISONED = ("an import of the zygote touched CUDA, so its children could not use the GPU "
+            "(experiments/zygote_fork_check.py says which)")
+
+
+def _import_quietly(name: str) -> None:
+    # Triton where it is not installed, or broken: a worker that needs it imports it and says so.
+    with contextlib.suppress(Exception):
+        __import__(name)
+
+
+def import_after_ready() -> None:
+    """In a candidate's worker, before its sandbox and the candidate's code: AFTER_READY's modules,
+    where its zygote forked it before importing them (or it was spawned), so that every candidate
+    meets the harness with the same modules in place, imported outside its confinement."""
+    for name in AFTER_READY:
+        _import_quietly(name)
+
+
+def _zygote_main(control: Connection, preload: tuple[str, ...], after_ready: tuple[str, ...] = AFTER_READY) -> None:
+    """Import, say so, then fork on request until the evaluator closes its end (or dies: the same
+    end-of-file); the modules of `after_ready` are imported once ready, one at a time, each only
+    while no request waits. Its children die with it (PDEATHSIG, set by each child)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C ends the evaluator, which ends this
+    later = [name for name in preload if name in after_ready]
     for name in preload:
-        # Triton where it is not installed, or broken: a worker that needs it imports it and says so.
-        with contextlib.suppress(Exception):
-            __import__(name)
-    control.send({"fork_poisoned": _fork_poisoned()})
+        if name not in later:
+            _import_quietly(name)
+    poisoned = _fork_poisoned()
+    control.send({"fork_poisoned": poisoned})
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes the select below
     statuses: dict[int, int] = {}  # child pid -> the write end of its exit-status pipe
     while True:
-        readable_now = ready([control.fileno(), wake_read])
+        # Waiting for a request only once every module is in; before, a look and the next import.
+        readable_now = ready([control.fileno(), wake_read], 0 if later else None)
         if wake_read in readable_now:
             os.read(wake_read, 4096)
             _reap(statuses)
         if control.fileno() not in readable_now:
+            if later and not poisoned:
+                _import_quietly(later.pop(0))
+                poisoned = _fork_poisoned()
+            elif later:
+                later.clear()  # nothing more will be forked
             continue
         try:
             sys_path, cwd, payload = control.recv()
@@ -295,6 +332,11 @@ def _zygote_main(control: Connection, preload: tuple[str, ...]) -> None:
                 conn_fd, status_fd = reduction.recvfds(channel, 2)
         except (EOFError, OSError):
             return
+        if poisoned:  # forked now, the child could not use CUDA: refused, and said why
+            os.close(conn_fd)
+            os.close(status_fd)
+            control.send({"pid": None, "fork_poisoned": True})
+            continue
         zygote_pid = os.getpid()
         pid = os.fork()
         if pid == 0:

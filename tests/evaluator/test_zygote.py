@@ -17,6 +17,7 @@ from pytest_cudaagent.workers.channel import Worker, WorkerDied
 from tests.evaluator.zygote_targets import (
     report_and_stay,
     report_descriptors,
+    report_modules,
     report_surroundings,
     try_the_zygote_socket,
 )
@@ -215,6 +216,73 @@ def test_a_zygote_whose_imports_touched_cuda_is_not_forked_from(worker_of, monke
     assert reply["parent"] == os.getpid()
 
 
+def test_the_zygote_is_ready_before_its_after_ready_imports_and_forks_with_them_once_in(monkeypatch, tmp_path):
+    """The zygote says it is ready once PRELOAD less AFTER_READY is in: an AFTER_READY import that
+    blocks does not hold up that word (before, the first fork waited for every import), and
+    children forked once it is in find it imported."""
+    release = tmp_path / "release"
+    module = "tests.evaluator.waits_for_a_file_import"
+    monkeypatch.setattr(zygote, "PRELOAD", (*zygote.PRELOAD, module))
+    monkeypatch.setattr(zygote, "AFTER_READY", (*zygote.AFTER_READY, module))
+    monkeypatch.setenv("CUDAAGENT_TEST_RELEASE", str(release))
+    started = zygote._Zygote()
+    try:
+        # While the import still waits (it would for four minutes: imported before the word, as
+        # every module was before, this times out).
+        started.report = started._receive(120, "say it is ready")
+        assert started.report == {"fork_poisoned": False}
+        release.touch()
+        deadline = time.monotonic() + 120
+        imported: list = []
+        while module not in imported and time.monotonic() < deadline:
+            parent_end, child_end = multiprocessing_pipe()
+            child = started.fork(_payload(report_modules, {"modules": [module, "torch._dynamo"]}), child_end.fileno())
+            child_end.close()
+            imported = parent_end.recv()["imported"]
+            child.join(30)
+            parent_end.close()
+        assert imported == [module, "torch._dynamo"]
+    finally:
+        started.close()
+
+
+def test_an_after_ready_import_that_touches_cuda_ends_the_forks(monkeypatch):
+    """Found after the zygote said it was ready: its later forks are refused with the reason, and
+    the worker is spawned instead."""
+    monkeypatch.setattr(zygote, "PRELOAD", (*zygote.PRELOAD, "tests.evaluator.poisoning_import"))
+    monkeypatch.setattr(zygote, "AFTER_READY", (*zygote.AFTER_READY, "tests.evaluator.poisoning_import"))
+    monkeypatch.setenv("CUDAAGENT_TEST_MARK", "a zygote with a poisoning import after ready")
+    deadline = time.monotonic() + 120
+    methods = []
+    while time.monotonic() < deadline:
+        worker = Worker(report_surroundings, {}, memory_cap_gb=4)
+        try:
+            worker.receive(120)
+            methods.append(worker.start_method)
+            if worker.start_method == "spawn":
+                assert "touched CUDA" in worker.start_error
+                break
+        finally:
+            worker.close()
+    assert methods[-1] == "spawn", methods
+
+
+def test_a_candidates_worker_has_the_after_ready_modules_before_its_code(tmp_path):
+    """Whatever its zygote had imported when it forked it: torch._dynamo and Triton are in before
+    the sandbox and the candidate's code (worker.candidate_main)."""
+    from pytest_cudaagent import evaluate
+    from tests.helpers import TEST_PROBLEMS, cpu_config
+
+    candidate = tmp_path / "reports_modules.py"
+    candidate.write_text(
+        "import sys\nimport torch\nimport torch.nn as nn\n"
+        "print('at import:', sorted(name for name in ('torch._dynamo', 'triton') if name in sys.modules), flush=True)\n"
+        "class ModelNew(nn.Module):\n    def __init__(self, *args):\n        super().__init__()\n"
+        "    def forward(self, x):\n        return torch.nn.functional.leaky_relu(x, 0.01)\n")
+    result = evaluate(TEST_PROBLEMS / "small_leaky_relu.py", candidate, cpu_config(policy="permissive", trials=1))
+    assert "at import: ['torch._dynamo', 'triton']" in result.log, result.log
+
+
 def test_a_module_that_fails_to_import_in_the_zygote_is_left_to_the_workers(worker_of, monkeypatch):
     monkeypatch.setattr(zygote, "PRELOAD", ("tests.evaluator.broken_import", *zygote.PRELOAD))
     monkeypatch.setenv("CUDAAGENT_TEST_MARK", "a zygote with a broken import")
@@ -247,3 +315,19 @@ def test_the_zygote_ends_when_its_evaluator_ends(tmp_path):
     while psutil.pid_exists(parent) and psutil.Process(parent).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the zygote outlived its closed pipe"
         time.sleep(0.1)
+
+
+def multiprocessing_pipe():
+    import multiprocessing
+
+    return multiprocessing.get_context("spawn").Pipe()
+
+
+def _payload(function, spec: dict) -> bytes:
+    from multiprocessing import reduction
+
+    return bytes(reduction.ForkingPickler.dumps((_run_target, (function, spec))))
+
+
+def _run_target(conn, zygote_pid, function, spec):
+    function(conn, spec)

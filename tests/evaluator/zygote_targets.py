@@ -52,3 +52,8 @@ def try_the_zygote_socket(conn, spec: dict) -> None:
             continue
     conn.send({"kind": "tried", "answered": answered})
 
+
+
+def report_modules(conn, spec: dict) -> None:
+    """Which of the modules the spec names the worker found imported when it started."""
+    conn.send({"kind": "modules", "imported": [name for name in spec["modules"] if name in sys.modules]})
