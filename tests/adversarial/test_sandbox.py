@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -54,12 +55,26 @@ def evaluation_processes() -> set[int]:
     return running
 
 
+def left_running(before: set[int], settle_s: float = 3.0) -> set[int]:
+    """The processes running now that were not before, once those that end within `settle_s` have
+    ended. A zygote imports torch._dynamo and Triton after it has said it is ready and checks after
+    each import, in a child it forks and reaps at once, that the import did not touch CUDA
+    (zygote.AFTER_READY): such a child lives for milliseconds and may be listed. What a candidate
+    leaves running (a daemon) is still there after the wait."""
+    deadline = time.monotonic() + settle_s
+    extra = evaluation_processes() - before
+    while extra and time.monotonic() < deadline:
+        time.sleep(0.05)
+        extra = evaluation_processes() - before
+    return extra
+
+
 def attack(name: str, target, monkeypatch, **overrides):
     monkeypatch.setenv("CUDAAGENT_ATTACK_TARGET", str(target))
     config = cpu_config(policy="permissive", trials=1, **overrides)
     before = evaluation_processes()
     result = evaluate(PROBLEM, ATTACKS / f"{name}.py", config)
-    assert evaluation_processes() <= before, "a process of the evaluation is still running"
+    assert not left_running(before), "a process of the evaluation is still running"
     assert result.env["sandbox"]["pid_ns"] and result.env["sandbox"]["landlock"]
     return result
 
@@ -200,7 +215,7 @@ def test_require_sandbox_refuses_where_it_does_not_apply():
     config = cpu_config(sandbox=False, require_sandbox=True)
     with pytest.raises(SandboxUnavailable, match="the sandbox is required but pid_ns"):
         evaluate(PROBLEM, ATTACKS / "honest_torch.py", config)
-    assert not evaluation_processes()
+    assert not left_running(set())
 
 
 def test_cgroups_and_scratch_are_removed(monkeypatch):
