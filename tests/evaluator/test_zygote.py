@@ -216,7 +216,8 @@ def test_a_zygote_whose_imports_touched_cuda_is_not_forked_from(worker_of, monke
     assert reply["parent"] == os.getpid()
 
 
-def test_the_zygote_is_ready_before_its_after_ready_imports_and_forks_with_them_once_in(monkeypatch, tmp_path):
+def test_the_zygote_is_ready_before_its_after_ready_imports_and_forks_with_them_once_in(worker_of, monkeypatch,
+                                                                                       tmp_path):
     """The zygote says it is ready once PRELOAD less AFTER_READY is in: an AFTER_READY import that
     blocks does not hold up that word (before, the first fork waited for every import), and
     children forked once it is in find it imported."""
@@ -224,26 +225,20 @@ def test_the_zygote_is_ready_before_its_after_ready_imports_and_forks_with_them_
     module = "tests.evaluator.waits_for_a_file_import"
     monkeypatch.setattr(zygote, "PRELOAD", (*zygote.PRELOAD, module))
     monkeypatch.setattr(zygote, "AFTER_READY", (*zygote.AFTER_READY, module))
-    monkeypatch.setenv("CUDAAGENT_TEST_RELEASE", str(release))
-    started = zygote._Zygote()
-    try:
-        # While the import still waits (it would for four minutes: imported before the word, as
-        # every module was before, this times out).
-        started.report = started._receive(120, "say it is ready")
-        assert started.report == {"fork_poisoned": False}
-        release.touch()
-        deadline = time.monotonic() + 120
-        imported: list = []
-        while module not in imported and time.monotonic() < deadline:
-            parent_end, child_end = multiprocessing_pipe()
-            child = started.fork(_payload(report_modules, {"modules": [module, "torch._dynamo"]}), child_end.fileno())
-            child_end.close()
-            imported = parent_end.recv()["imported"]
-            child.join(30)
-            parent_end.close()
-        assert imported == [module, "torch._dynamo"]
-    finally:
-        started.close()
+    monkeypatch.setenv("CUDAAGENT_TEST_RELEASE", str(release))  # a new environment: a zygote of its own
+    started = zygote._current()
+    # While the import still waits (it would for four minutes: imported before the word, as every
+    # module was before, this times out).
+    started.report = started._receive(120, "say it is ready")
+    assert started.report == {"fork_poisoned": False}
+    release.touch()
+    deadline = time.monotonic() + 120
+    imported: list = []
+    while module not in imported and time.monotonic() < deadline:
+        worker = worker_of(report_modules)
+        imported = worker.receive(120)["imported"]
+        assert worker.start_method == "zygote", worker.start_error
+    assert imported == [module, "torch._dynamo"]
 
 
 def test_an_after_ready_import_that_touches_cuda_ends_the_forks(monkeypatch):
@@ -316,18 +311,3 @@ def test_the_zygote_ends_when_its_evaluator_ends(tmp_path):
         assert time.monotonic() < deadline, "the zygote outlived its closed pipe"
         time.sleep(0.1)
 
-
-def multiprocessing_pipe():
-    import multiprocessing
-
-    return multiprocessing.get_context("spawn").Pipe()
-
-
-def _payload(function, spec: dict) -> bytes:
-    from multiprocessing import reduction
-
-    return bytes(reduction.ForkingPickler.dumps((_run_target, (function, spec))))
-
-
-def _run_target(conn, zygote_pid, function, spec):
-    function(conn, spec)

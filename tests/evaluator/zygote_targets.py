@@ -53,7 +53,7 @@ def try_the_zygote_socket(conn, spec: dict) -> None:
     conn.send({"kind": "tried", "answered": answered})
 
 
-
 def report_modules(conn, spec: dict) -> None:
-    """Which of the modules the spec names the worker found imported when it started."""
-    conn.send({"kind": "modules", "imported": [name for name in spec["modules"] if name in sys.modules]})
+    """Which of the zygote's after-ready modules (and torch._dynamo) the worker found imported."""
+    names = ["tests.evaluator.waits_for_a_file_import", "torch._dynamo"]
+    conn.send({"kind": "modules", "imported": [name for name in names if name in sys.modules]})
