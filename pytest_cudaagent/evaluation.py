@@ -742,8 +742,9 @@ class Evaluation:
         # into its inputs would otherwise also change the pristine copy kept here. Made in
         # shared memory lent for the call, as are the buffers its outputs are copied into
         # (shared_tensors.py): nothing is copied again to cross, and each buffer is faulted in once.
-        candidate_inputs = [self._lent.copy_of(value) for value in trial_set["inputs"]]
-        output_buffers = [self._lent.take(value) if type(value) is torch.Tensor else None for value in expected]
+        with self._profiled("parent.lend"):
+            candidate_inputs = [self._lent.copy_of(value) for value in trial_set["inputs"]]
+            output_buffers = [self._lent.take(value) if type(value) is torch.Tensor else None for value in expected]
         # Storages, not tensors: nothing in the candidate's heap then looks like an output to
         # return (a search of it for a tensor of the output's shape found these).
         lent_storages = [None if buffer is None else buffer.untyped_storage() for buffer in output_buffers]

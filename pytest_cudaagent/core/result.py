@@ -96,8 +96,10 @@ class Result:
     env: dict[str, Any] = field(default_factory=dict)
     phase_seconds: dict[str, float] = field(default_factory=dict)  # build, correctness, timing...
     # Finer than phase_seconds, summed over calls: "reference.<request>" and "candidate.<request>"
-    # (waiting on each kind of worker request, its transfer included), "compare" (the parent's
-    # output comparisons). experiments/phase_profile.py tabulates it.
+    # (waiting on each kind of worker request, its transfer included), "<side>.<request>.<step>"
+    # (the worker's own steps inside it, where it says them: prepare, draw_set, fresh_sets,
+    # forward), "compare" (the parent's output comparisons), "parent.lend" (copying each call's
+    # inputs into memory lent to the candidate). experiments/phase_profile.py tabulates it.
     profile: dict[str, float] = field(default_factory=dict)
     device: str = "cpu"
     convention: str = "kernelbench"  # whose "correct" the verdict follows (config.CONVENTIONS)

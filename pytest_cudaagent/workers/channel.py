@@ -19,6 +19,9 @@ from . import zygote
 from .replies import ForbiddenReply, load_reply
 from .sandbox import PROCESS_WATCH_EXIT
 
+# The most steps a reply's "steps" may name (_count_steps); a reply naming more adds none.
+STEPS_AT_MOST = 16
+
 
 class WorkerTimeout(Exception):
     pass
@@ -96,9 +99,11 @@ class Worker:
         started = time.perf_counter()
         self.send(message)
         try:
-            return self.receive(timeout_s)
+            reply = self.receive(timeout_s)
         finally:
             self._count(message[0], started)
+        self._count_steps(message[0], reply)
+        return reply
 
     def send(self, message: tuple) -> None:
         """A request whose reply is received later (`receive`, with the request's name as label):
@@ -111,13 +116,28 @@ class Worker:
     def receive(self, timeout_s: float, label: str | None = None) -> dict:
         started = time.perf_counter()
         try:
-            return self._receive(timeout_s)
+            reply = self._receive(timeout_s)
         finally:
             if label is not None:
                 self._count(label, started)
+        if label is not None:
+            self._count_steps(label, reply)
+        return reply
 
     def _count(self, label: str, started: float) -> None:
         self.seconds[label] = self.seconds.get(label, 0.0) + time.perf_counter() - started
+
+    def _count_steps(self, label: str, reply: dict) -> None:
+        """The worker's own seconds per step of the request, where its reply says them
+        (worker.StepSeconds), as "<label>.<step>": a profile only, never read for a verdict. A
+        candidate's worker could send anything here, so only a few numbers with short names."""
+        steps = reply.get("steps")
+        if not isinstance(steps, dict) or len(steps) > STEPS_AT_MOST:
+            return
+        for step, seconds in steps.items():
+            if isinstance(step, str) and len(step) <= 40 and type(seconds) is float and 0 <= seconds < 1e6:
+                key = f"{label}.{step}"
+                self.seconds[key] = self.seconds.get(key, 0.0) + seconds
 
     def _receive(self, timeout_s: float) -> dict:
         deadline = time.monotonic() + timeout_s

@@ -73,6 +73,32 @@ def _cpu_seconds_with_children() -> float:
     return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
 
 
+class StepSeconds:
+    """Seconds of a worker's named steps inside its requests, summed; sent in a reply as "steps"
+    ({step: seconds}) and kept in Result.profile as "<side>.<request>.<step>": where a request's
+    time went inside the worker, which the parent's clock of the request cannot say (#41: in a
+    batch of eight, the reference's prepare took 3.1 s against 1.0 s alone)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, step: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(step, time.perf_counter() - started)
+
+    def add(self, step: str, seconds: float) -> None:
+        self.seconds[step] = self.seconds.get(step, 0.0) + seconds
+
+    def taken(self) -> dict[str, float]:
+        """The seconds so far, and a fresh count for the next request."""
+        seconds, self.seconds = self.seconds, {}
+        return seconds
+
+
 def _reply_error(conn, phase: str, error: BaseException) -> None:
     detail = "".join(traceback.format_exception_only(type(error), error)).strip()
     # It starts with the type's (qualified) name, which the reply carries apart: without this
@@ -146,6 +172,13 @@ def _pristine(values: list) -> list:
     from ..core.tensor_trees import map_tensors
 
     return [map_tensors(lambda tensor: tensor.clone(), value) for value in values]
+
+
+def _synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize(device)
 
 
 def _to_cpu(values):
@@ -373,6 +406,7 @@ class ReferenceServer(RequestServer):
         # The host transfers the reference's own forward makes (its first call, audited as a
         # candidate's is): a candidate making the same one is doing what the problem does.
         self.host_transfers: list[str] | None = None
+        self.steps = StepSeconds()  # prepare's steps, in its reply
 
     def import_problem(self) -> bool:
         """The problem's module; on failure an "import" error reply, and False."""
@@ -425,12 +459,15 @@ class ReferenceServer(RequestServer):
 
         from ..timing.locks import device_work
 
+        asked = time.perf_counter()
         with device_work(self.device):  # never beside another worker's timing
+            self.steps.add("sets_wait", time.perf_counter() - asked)
             sets = self._draw_sets(count, trials)
             if self.device.startswith("cuda"):
                 # Sent to the host: their blocks are given back, not kept in this process's cache
                 # while other evaluations need the device's memory (memory_gate.py).
-                torch.cuda.empty_cache()
+                with self.steps("empty_cache"):
+                    torch.cuda.empty_cache()
             return sets
 
     def draw_inputs(self, seed: int) -> list:
@@ -466,20 +503,25 @@ class ReferenceServer(RequestServer):
         from ..core.compare import compare_outputs
 
         seed = _fresh_seed()
-        inputs = self.draw_inputs(seed)
+        steps = self.steps
+        with steps("inputs"):
+            inputs = self.draw_inputs(seed)
         fresh_before, reused_before = self.recycled.fresh, self.recycled.reused
-        sent_inputs = self._to_send(inputs)  # before the call: a reference may change its inputs
+        with steps("inputs_to_host"):
+            sent_inputs = self._to_send(inputs)  # before the call: a reference may change its inputs
         started = time.perf_counter()
-        if self.host_transfers is None:
-            outputs = self._to_send(self.audited_reference(inputs, seed))
-        else:
-            outputs = self._to_send(self.run_reference(inputs, seed))  # the copy waits for the device
+        with steps("forward"):
+            outputs = self.audited_reference(inputs, seed) if self.host_transfers is None else self.run_reference(inputs, seed)
+            _synchronize(self.device)  # the call's own time, apart from the copy's
+        with steps("outputs_to_host"):
+            outputs = self._to_send(outputs)
         # Recycled: every tensor of the set went into a storage let go, none into fresh memory.
         self.sets_recycled += self.recycled.fresh == fresh_before and self.recycled.reused > reused_before
         self.forward_ms = min(self.forward_ms, 1000 * (time.perf_counter() - started))
         drawn = {"seed": seed, "inputs": sent_inputs, "outputs": outputs}
         if 0 < position < trials and (position == 1 or self.stateful):
-            again = self.run_reference(_pristine(sent_inputs), seed)
+            with steps("again"):
+                again = self.run_reference(_pristine(sent_inputs), seed)
             if self.stateful or not same_as_recorded(outputs, again):
                 again = self._to_send(again)
                 check = compare_outputs(position, outputs, again, self.config.tolerances())
@@ -537,18 +579,24 @@ class ReferenceServer(RequestServer):
 
         # As KernelBench: one seed before the init inputs and again right before each model is
         # built, so a candidate built after the same seed gets the same parameters.
+        steps = self.steps
+        with steps("gpu"):
+            open_gpu(self.device)  # its context: the first use of the device would open it anyway
         construction_seed = _fresh_seed()
-        _seed_all(construction_seed)
-        init_inputs = list(self.problem.get_init_inputs())
-        self.construction = (construction_seed, init_inputs)  # for a replay (replayed)
-        model = self.build_model(construction_seed, init_inputs)
-        # Taken before any forward: training mode updates BatchNorm's running statistics.
-        state_dict = model.state_dict()
-        state_dict = dict(zip(state_dict, _to_send(list(state_dict.values())), strict=True))
-        self.model = self.placed(model)
+        with steps("model"):
+            _seed_all(construction_seed)
+            init_inputs = list(self.problem.get_init_inputs())
+            self.construction = (construction_seed, init_inputs)  # for a replay (replayed)
+            model = self.build_model(construction_seed, init_inputs)
+        with steps("weights_to_host"):
+            # Taken before any forward: training mode updates BatchNorm's running statistics.
+            state_dict = model.state_dict()
+            state_dict = dict(zip(state_dict, _to_send(list(state_dict.values())), strict=True))
+        with steps("model_to_device"):
+            self.model = self.placed(model)
         self.sets = self.draw_sets(set_count if drawn_now is None else min(drawn_now, set_count), self.config.trials)
         self.seeds = [drawn["seed"] for drawn in self.sets]
-        return {"init_inputs": _to_send(init_inputs), "state_dict": state_dict, "seed": construction_seed,
+        return {"steps": steps.taken(),"init_inputs": _to_send(init_inputs), "state_dict": state_dict, "seed": construction_seed,
                 "sets": self.sets, "backend_settings": self.configured.to_dict(),
                 "forward_ms": self.forward_ms if set_count else None, "stateful": self.stateful,
                 "host_transfers": self.host_transfers or [],
@@ -567,7 +615,8 @@ class ReferenceServer(RequestServer):
                 torch.cuda.empty_cache()  # as draw_sets: the device's memory back to the others
         self.sets.append(drawn)
         self.seeds.append(drawn["seed"])
-        return {"set": drawn, "stateful": self.stateful}  # found at the second set's draw
+        # "stateful": found at the second set's draw
+        return {"set": drawn, "stateful": self.stateful, "steps": self.steps.taken()}
 
     def handle_drop_sets(self, positions: list[int]) -> dict:
         """Lets go of the sets at `positions` (their shared memory is freed once the evaluator
@@ -596,7 +645,7 @@ class ReferenceServer(RequestServer):
 
     def handle_fresh_sets(self, count: int) -> dict:
         """Input sets no call has seen, with the reference's outputs: one per timed call."""
-        return {"sets": self.draw_sets(count)}
+        return {"sets": self.draw_sets(count), "steps": self.steps.taken()}
 
     def handle_repeats_itself(self, index: int, second: bool = False) -> dict:
         """Whether the reference gives set `index` the same answer again (`second`: the answer
@@ -1066,27 +1115,34 @@ class CandidateServer(RequestServer):
         outputs' host copies go into `output_buffers`, the evaluator's storages, where they fit."""
         import torch
 
-        harness, device, guard, model = self.harness, self.device, self.guard, self.model
-        device_inputs = _to_device(inputs, device)
-        # What they held before the call, where they are: only an input the call changed goes
-        # back to the evaluator (a 64 MiB input nine times per evaluation otherwise).
-        before = harness.device_snapshot(device_inputs)
+        harness, device, guard, model, steps = self.harness, self.device, self.guard, self.model, StepSeconds()
+        with steps("inputs_to_device"):
+            device_inputs = _to_device(inputs, device)
+            # What they held before the call, where they are: only an input the call changed goes
+            # back to the evaluator (a 64 MiB input nine times per evaluation otherwise).
+            before = harness.device_snapshot(device_inputs)
         self.output_nbytes = output_nbytes
-        harness.poison_free_memory(device, output_nbytes)
+        with steps("poison"):
+            harness.poison_free_memory(device, output_nbytes)
         _seed_all(seed)  # the seed the reference's call ran after
-        with torch.no_grad():  # beside no timing: the evaluator holds the device's work lock meanwhile
+        with steps("call"), torch.no_grad():  # beside no timing: the evaluator holds the device's work lock meanwhile
             outputs = guard(lambda: model(*device_inputs)) if watched else model(*device_inputs)
             self.clock.synchronize()
-        report = harness.inspect_outputs(outputs, device_inputs, device, into=output_buffers)
-        # Held (so the allocator cannot hand their memory out again) beside copies of them taken
-        # now (on the device while they fit a budget, else a digest), until check_held compares
-        # them after the last trial, or earlier once the held outputs pass their window (HeldOutputs).
-        self.held_outputs.hold(outputs, harness.held_copies(outputs, self.held_budget))
+        with steps("outputs_to_host"):
+            report = harness.inspect_outputs(outputs, device_inputs, device, into=output_buffers)
+        with steps("hold"):
+            # Held (so the allocator cannot hand their memory out again) beside copies of them taken
+            # now (on the device while they fit a budget, else a digest), until check_held compares
+            # them after the last trial, or earlier once the held outputs pass their window (HeldOutputs).
+            self.held_outputs.hold(outputs, harness.held_copies(outputs, self.held_budget))
+        with steps("inputs_after"):
+            # None: unchanged (the same metadata and bytes as before the call); else its copy.
+            inputs_after = [None if harness.unchanged(was, now) else _input_after(now, lent)
+                            for was, now, lent in zip(before, device_inputs, inputs, strict=True)]
         return {
             **report,
-            # None: unchanged (the same metadata and bytes as before the call); else its copy.
-            "inputs_after": [None if harness.unchanged(was, now) else _input_after(now, lent)
-                             for was, now, lent in zip(before, device_inputs, inputs, strict=True)],
+            "inputs_after": inputs_after,
+            "steps": steps.taken(),
             "findings": guard.findings.drain(),
             "precision": sorted(guard.findings.precision | tf32_switches(self.configured)),
         }

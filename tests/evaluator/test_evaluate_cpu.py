@@ -50,6 +50,17 @@ def test_honest_cpp_candidate_passes_with_timing_and_eager_baseline():
     # The evaluating process's own time outside the phases: until the first, closing, tampering.
     assert result.profile["parent.start"] > 0 and result.profile["parent.close"] > 0
     assert result.profile["parent.tampering"] >= 0
+    # The workers' own steps inside a request. prepare is sent before the parent waits for it
+    # (it works while the candidate starts), so its steps may sum to more than that wait; a
+    # correctness call is waited for from its request, so its steps are within the wait.
+    prepare_steps = {label: seconds for label, seconds in result.profile.items() if label.startswith("reference.prepare.")}
+    assert {"reference.prepare.model", "reference.prepare.inputs", "reference.prepare.forward",
+            "reference.prepare.outputs_to_host"} <= set(prepare_steps)
+    assert sum(prepare_steps.values()) > 0
+    forward_steps = {label: seconds for label, seconds in result.profile.items() if label.startswith("candidate.forward.")}
+    assert {"candidate.forward.call", "candidate.forward.outputs_to_host", "candidate.forward.inputs_to_device"} <= set(forward_steps)
+    assert sum(forward_steps.values()) <= result.profile["candidate.forward"]
+    assert "reference.fresh_sets.forward" in result.profile and result.profile["parent.lend"] >= 0
     assert Result.from_json(result.to_json()).profile == result.profile
 
 
