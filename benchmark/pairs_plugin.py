@@ -12,7 +12,7 @@ import pytest
 
 from pytest_cudaagent.plugin import CandidateItem, is_xdist_controller
 from pytest_cudaagent.records.pairing import Pair
-from pytest_cudaagent.workers import zygote
+from pytest_cudaagent.workers import reused_reference, zygote
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -27,6 +27,9 @@ def pytest_configure(config: pytest.Config) -> None:
         # The zygote imports torch (about 10 s on the H100 machine, sixteen workers at once)
         # while this worker starts, collects and waits for its first pair (zygote.py).
         zygote.prestart()
+        # Its pairs come one after another: a reference's process may serve the next problem
+        # (reused_reference.py; ended at the session's finish by the evaluator plugin).
+        reused_reference.allow()
 
 
 def write_manifest(path: Path, pairs: list[Pair]) -> None:

@@ -50,7 +50,7 @@ from .timing.baseline_cache import BaselineCache
 from .timing.baseline_spread import steadiest, unstable_warning
 from .timing.locks import device_lock, device_work
 from .timing.timer import fresh_call_count, timing_rounds
-from .workers import outside_kill, start_ahead
+from .workers import outside_kill, reused_reference, start_ahead
 from .workers.channel import Worker, WorkerDied, WorkerFailure, WorkerTimeout
 from .workers.reference_batch import KEEP_SET_BYTES, KeptReference, batch_key
 from .workers.reference_batch import store as reference_store
@@ -270,6 +270,8 @@ class Evaluation:
         # and how many evaluations of the batch have used it, this one included.
         self._reference_cpu_before = 0.0
         self._reference_evaluations = 1
+        # Problems the reference's process served before this one (reused_reference.py).
+        self._reference_problems = 0
         # Its place at its device's memory gate (memory_gate.py), given by `evaluate`: told the
         # pair's footprint once the reference has prepared, and when its correctness is checked.
         self.memory_hold: Hold | None = None
@@ -387,10 +389,11 @@ class Evaluation:
         result = self.result
         # Kept only after a verdict: not on the way out of an interrupt or a crash of ours.
         keep_reference = ended and self._keepable(reference_worker)
+        leave_reference = ended and self._leaves_reference(reference_worker, keep_reference)
         self._note_workers()
         result.profile["cpu.parent"] = time.process_time() - cpu_started
         with self._profiled("parent.close"):
-            self._close_workers_and_sandbox(candidate_worker, reference_worker, keep_reference)
+            self._close_workers_and_sandbox(candidate_worker, reference_worker, keep_reference, leave_reference)
         # No sandbox report (_note_sandbox): the candidate's worker ended before it entered one.
         result.env.setdefault("sandbox", {"enabled": self.config.sandbox, "errors": ["the worker ended before entering it"]})
         with self._profiled("parent.tampering"):
@@ -421,21 +424,32 @@ class Evaluation:
             result.env.setdefault("peak_rss_gib", {})[side] = round(worker.peak_rss_bytes / 1024**3, 3)
 
     def _close_workers_and_sandbox(self, candidate_worker: Worker | None, reference_worker: Worker | None,
-                                   keep_reference: bool) -> None:
+                                   keep_reference: bool, leave_reference: bool = False) -> None:
         """The candidate's log tail into the Result, then both workers asked to exit and closed
-        (the reference kept instead where `keep_reference`), and the sandbox closed."""
+        (the reference kept instead where `keep_reference`, or asked to let its problem go and
+        left for this process's next one where `leave_reference`), and the sandbox closed."""
         if candidate_worker is not None:
             self.result.log = candidate_worker.log_tail()
+        spared = keep_reference or leave_reference
         workers = [worker for worker in (candidate_worker, reference_worker)
-                   if worker is not None and not (worker is reference_worker and keep_reference)]
+                   if worker is not None and not (worker is reference_worker and spared)]
         for worker in workers:
             worker.ask_to_exit()
+        if leave_reference:
+            reference_worker.cpu_seconds()  # this evaluation's, before the next adds to it
+            try:
+                reference_worker.send(("release",))  # answered while the next evaluation starts
+            except WorkerDied:
+                leave_reference = False
+                workers.append(reference_worker)
         for worker in workers:
             worker.close()
         if self.sandbox is not None:
             self.sandbox.close()
         if keep_reference:
             self._keep_reference(reference_worker)
+        elif leave_reference:
+            reused_reference.spare().put(reference_worker, self._reference_problems + 1)
 
     def _phase(self, name: str, action, worker: Worker | None = None, problem_side: bool = False,
                record: bool = True):
@@ -496,9 +510,32 @@ class Evaluation:
         return self.config.trials + rotating
 
     def _spawn_reference(self) -> Worker:
+        """The reference's worker: the process an earlier evaluation of this process left waiting
+        (reused_reference.py), sent this problem, or a new one."""
         spec = {"problem": str(self.problem), "device": self.device, "config": self.config.to_dict()}
-        self._workers["reference"] = Worker(reference_main, spec, self.config.memory_cap_gb)
-        return self._workers["reference"]
+        taken = reused_reference.spare().take() if self._reuses_references() else None
+        if taken is not None:
+            worker, self._reference_problems = taken
+            worker.load(spec)
+            self._reference_cpu_before = worker.read_cpu_seconds() or 0.0
+            self.result.env["reference_reused"] = self._reference_problems  # problems it served before
+        else:
+            worker = Worker(reference_main, spec, self.config.memory_cap_gb)
+        self._workers["reference"] = worker
+        return worker
+
+    def _reuses_references(self) -> bool:
+        """Whether this evaluation takes a waiting reference worker and leaves its own for the
+        next: only one that does not time (reused_reference.py says why)."""
+        return reused_reference.enabled() and not self.config.timing
+
+    def _leaves_reference(self, reference_worker: Worker | None, keep_reference: bool) -> bool:
+        """Whether the reference's worker is left for this process's next problem: it prepared
+        this one, nothing of the problem's side failed, and it is alive and not kept for this
+        problem's next candidate."""
+        return (self._reuses_references() and not keep_reference and reference_worker is not None
+                and self._prepared is not None and self.out_of_memory is None
+                and not self.reference_killed_from_outside and reference_worker.process.is_alive())
 
     # -- a reference shared by a batch (reference_batch.py) ------------------------------------
 

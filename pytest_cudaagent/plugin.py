@@ -35,7 +35,7 @@ from .system.gpu_pinning import pin_xdist_worker_to_gpu
 from .system.lifetime import die_with_parent_from_env
 from .timing.host_quiet import record_host
 from .timing.waits import COMMAND_CHARS, RUN_COMMAND_ENV, run_id
-from .workers import zygote
+from .workers import reused_reference, zygote
 from .workers.sandbox import SandboxUnavailable, require_sandbox
 
 # The run's options; the evaluator's (--cudaagent-trials, ...) are options.EVAL_OPTIONS, as verify's and bench's.
@@ -146,6 +146,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if asks_for_pairs and not is_xdist_controller(config):
         # The workers' zygote imports torch while this process starts and collects (zygote.py).
         zygote.prestart()
+        # Its pairs come one after another: a reference's process may serve the next problem
+        # (reused_reference.py; ended at the session's finish).
+        reused_reference.allow()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -179,13 +182,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
-    # The batch is over: references kept for its next candidates end now, not at exit, and so
-    # does a worker started for a pair that did not run.
+    # The batch is over: references kept for its next candidates (or problems) end now, not at
+    # exit, and so does a worker started for a pair that did not run.
     from .workers.reference_batch import close_kept
     from .workers.start_ahead import forget
 
     forget()
     close_kept()
+    reused_reference.allow(False)
     started = session.config.stash.get(RUN_START, None)
     if started is not None and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         size, pairs = started

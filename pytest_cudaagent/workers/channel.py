@@ -55,7 +55,8 @@ class Worker:
                  runs_candidate_code: bool = False, reply_keys: dict[str, frozenset[str]] | None = None):
         self._log_dir = tempfile.TemporaryDirectory(prefix="cudaagent-")
         self.log_path = Path(self._log_dir.name) / "worker.log"
-        spec = {**spec, "log_path": str(self.log_path), "env": env or {}}
+        self._env = env or {}
+        spec = {**spec, "log_path": str(self.log_path), "env": self._env}
         # The process that starts workers does untimed work of the run too (comparisons, shared
         # copies): off the timed processes' cores, its plan recorded before any worker starts.
         host_quiet.untimed_worker(host_quiet.reserved_in(spec))
@@ -94,6 +95,13 @@ class Worker:
         # Seconds spent waiting on each kind of request (its name) or unrequested message (the
         # label given to receive), summed: where an evaluation's time went (Result.profile).
         self.seconds: dict[str, float] = {}
+
+    def load(self, spec: dict) -> None:
+        """A reference worker kept from an earlier evaluation sent its next problem
+        (reused_reference.py): as a new worker's, this evaluation's accounts start afresh."""
+        self.send(("load", {**spec, "log_path": str(self.log_path), "env": self._env}))
+        self.seconds, self.cpu_s, self.harness_bytes, self.peak_rss_bytes = {}, None, 0, 0
+        self.also_watch, self._killed_for = [], ""
 
     def request(self, message: tuple, timeout_s: float) -> dict:
         started = time.perf_counter()

@@ -110,16 +110,19 @@ def _reply_error(conn, phase: str, error: BaseException) -> None:
     conn.send({"kind": "error", "phase": phase, "error_type": type(error).__name__, "message": detail[-3000:]})
 
 
-def serve_requests(conn, handlers: dict) -> None:
-    """Answer requests until ("exit",) or the pipe closes."""
+def serve_requests(conn, handlers: dict, until: str | None = None) -> tuple | None:
+    """Answer requests until ("exit",) or the pipe closes (None), or until the request named
+    `until`, whose arguments are returned."""
     while True:
         try:
             request = conn.recv()
         except EOFError:
-            return
+            return None
         command, *args = request
         if command == "exit":
-            return
+            return None
+        if command == until:
+            return tuple(args)
         try:
             reply = {"kind": command, **handlers[command](*args)}
             # The request's arguments freed before the reply goes, not when the next request
@@ -132,7 +135,7 @@ def serve_requests(conn, handlers: dict) -> None:
         except BaseException as error:  # SystemExit from candidate code included
             _reply_error(conn, command, error)
             if not isinstance(error, Exception):
-                return
+                return None
 
 
 class RequestServer:
@@ -355,10 +358,27 @@ LOOP_STEPS = ("load", "seed", "flush_and_checks", "span_less_sample", "copy_outp
 
 
 def reference_main(conn, spec: dict) -> None:
+    """Serves the problem of `spec`, then, where the evaluation asks it to (reused_reference.py),
+    the next problem it is sent, in the same process."""
+    from . import reused_reference
+
     setup_worker(spec)
-    server = ReferenceServer(conn, spec)
-    if server.import_problem():
-        server.serve()
+    state_before, modules_before = reused_reference.process_state(), set(sys.modules)
+    while True:
+        server = ReferenceServer(conn, spec)
+        if not server.import_problem():
+            return
+        server.left_behind = lambda: reused_reference.left_behind(state_before, modules_before, REFERENCE_MODULE)
+        loaded = serve_requests(conn, server.handlers(), until="load")
+        if loaded is None:
+            return
+        (spec,) = loaded
+        os.truncate(spec["log_path"], 0)  # the log is this problem's alone (stdio appends to it)
+        setup_worker(spec)
+
+
+# The problem's module in the reference's process (a reused process imports the next one under it).
+REFERENCE_MODULE = "cudaagent_reference_problem"
 
 
 class ReferenceServer(RequestServer):
@@ -407,13 +427,16 @@ class ReferenceServer(RequestServer):
         # candidate's is): a candidate making the same one is doing what the problem does.
         self.host_transfers: list[str] | None = None
         self.steps = StepSeconds()  # prepare's steps, in its reply
+        # Why this process should not serve another problem after this one ("" if it may):
+        # set by reference_main (reused_reference.left_behind).
+        self.left_behind = lambda: "not a reusable worker"
 
     def import_problem(self) -> bool:
         """The problem's module; on failure an "import" error reply, and False."""
         from ..core.files import import_file
 
         try:
-            self.problem = import_file(self.spec["problem"], "cudaagent_reference_problem")
+            self.problem = import_file(self.spec["problem"], REFERENCE_MODULE)
         except BaseException as error:
             _reply_error(self.conn, "import", error)
             return False
@@ -626,6 +649,30 @@ class ReferenceServer(RequestServer):
             if dropped is not None:  # the evaluator let go first: drawn into again (recycled)
                 self.recycled.give_back([dropped["inputs"], dropped["outputs"], dropped.get("outputs_again", [])])
         return {"recycled": self.sets_recycled}
+
+    def handle_release(self) -> dict:
+        """Lets this problem go (its model, sets and module) once its evaluation is over, and says
+        whether the process can serve another (reused_reference.py); the next request is then
+        ("load", spec) or ("exit",)."""
+        import gc
+
+        import torch
+
+        self.model = self.problem = self._warmed_round = None
+        self.sets, self.construction, self.recycled = [], (), None
+        sys.modules.pop(REFERENCE_MODULE, None)
+        gc.collect()
+        why = ""
+        if self.device.startswith("cuda"):
+            try:
+                torch.cuda.synchronize(self.device)  # an error the device kept shows here
+            except Exception as error:  # noqa: BLE001 - a reason not to reuse, no failure of the evaluation
+                why = f"the device reported an error: {str(error)[:300]}"
+            else:
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats(self.device)  # the next problem's footprint alone
+        why = why or self.left_behind()
+        return {"reusable": not why, "why": why}
 
     def handle_sizes(self) -> dict:
         """One set's input and output bytes, sized on the meta device (nothing allocated, no

@@ -374,3 +374,27 @@ def test_default_workers_count_the_cores_this_process_may_use_not_the_machines()
     assert out[0] == "1"
     assert out[2] == "True"  # run_batch sizes its default workers by it
     assert default_workers("cuda", gpus=1, cpus=int(out[0])) == 2
+
+
+@pytest.mark.slow
+def test_a_bench_without_timing_serves_its_problems_from_one_reference_process(tmp_path):
+    """reused_reference.py under a real `cudaagent bench --no-timing`: a worker's later problems
+    are served by its first reference's process, each verdict its own, and no reference process
+    outlives the run."""
+    import psutil
+
+    make_kernelbench_tree(tmp_path / "kb")
+    candidates = tmp_path / "runs"
+    write_candidate(candidates / "level_1_problem_1_sample_0_kernel.py", "torch.relu(x)")
+    write_candidate(candidates / "level_1_problem_2_sample_0_kernel.py", "x * 3.0")  # wrong
+    write_candidate(candidates / "level_2" / "level_2_problem_1_sample_0_kernel.py", "torch.relu(x) + 1.0")
+    out = tmp_path / "out"
+    assert run_cli(["bench", "--kernelbench", str(tmp_path / "kb"), "--candidates", str(candidates), "--device", "cpu",
+                    "--out", str(out), "--workers", "1", "--policy", "permissive", "--no-timing", "--trials", "2"]) == 0
+    results = sorted(read_results(out / "results.jsonl"), key=lambda result: result.env.get("reference_reused", 0))
+    assert {Path(r.candidate).name: r.status for r in results} == {
+        "level_1_problem_1_sample_0_kernel.py": "passed", "level_1_problem_2_sample_0_kernel.py": "incorrect",
+        "level_2_problem_1_sample_0_kernel.py": "passed"}
+    assert [result.env.get("reference_reused") for result in results] == [None, 1, 2]
+    (pid,) = {result.env["pids"]["reference"] for result in results}
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

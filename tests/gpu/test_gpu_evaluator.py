@@ -134,6 +134,34 @@ def test_a_batch_shares_the_reference_on_the_gpu():
     assert third.timing["candidate"].median_ms > 0 and "reference.prepare" not in third.profile
 
 
+def test_the_next_problems_reference_is_served_by_the_same_process_on_the_gpu(tmp_path):
+    """reused_reference.py on the GPU: three problems in a row without timing, each reference
+    after the first served by the first's process, its CUDA context kept open; each verdict its
+    own (the first problem's code against the third is wrong there), and the kept context counted
+    in no footprint (the peak is reset at release)."""
+    from pytest_cudaagent.workers import reused_reference
+
+    def its_own_model(problem):
+        path = tmp_path / f"{problem.stem}_as_candidate.py"
+        path.write_text(problem.read_text() + "\n\nclass ModelNew(Model):\n    pass\n")
+        return path
+
+    config = EvalConfig(device="cuda", timing=False, policy="permissive")
+    reused_reference.allow()
+    try:
+        leaky = evaluate(PROBLEMS / "leaky_relu.py", its_own_model(PROBLEMS / "leaky_relu.py"), config)
+        softmax = evaluate(PROBLEMS / "softmax.py", its_own_model(PROBLEMS / "softmax.py"), config)
+        wrong = evaluate(PROBLEMS / "row_sum.py", its_own_model(PROBLEMS / "leaky_relu.py"), config)
+    finally:
+        reused_reference.allow(False)
+    assert [leaky.status, softmax.status] == ["passed"] * 2, leaky.summary() + softmax.summary()
+    assert wrong.status != "passed" and not wrong.correct
+    assert len({result.env["pids"]["reference"] for result in (leaky, softmax, wrong)}) == 1
+    assert [softmax.env["reference_reused"], wrong.env["reference_reused"]] == [1, 2]
+    # The kept process's context opened once: the later ones' preparation opened none.
+    assert softmax.profile["reference.prepare.gpu"] < 0.05 and wrong.profile["reference.prepare.gpu"] < 0.05
+
+
 def test_the_next_candidate_starts_ahead_on_the_gpu():
     """start_ahead.py on the GPU: the bundled leaky ReLU is announced after a PyTorch-written one;
     its worker (CUDA context, sandbox, load_inline build) starts once the first has built, while
