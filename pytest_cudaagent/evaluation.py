@@ -436,7 +436,6 @@ class Evaluation:
         for worker in workers:
             worker.ask_to_exit()
         if leave_reference:
-            reference_worker.cpu_seconds()  # this evaluation's, before the next adds to it
             try:
                 reference_worker.send(("release",))  # answered while the next evaluation starts
             except WorkerDied:
