@@ -383,8 +383,8 @@ REFERENCE_MODULE = "cudaagent_reference_problem"
 
 class ReferenceServer(RequestServer):
     """The reference's worker: imports the problem, then answers sizes, prepare, draw_set,
-    drop_sets, fresh_sets, repeats_itself, baseline and calibrate (one `handle_<request>` each).
-    No candidate code runs in this process."""
+    drop_sets, fresh_sets, repeats_itself, baseline, calibrate and release (one `handle_<request>`
+    each). No candidate code runs in this process."""
 
     def __init__(self, conn, spec: dict):
         super().__init__(conn)

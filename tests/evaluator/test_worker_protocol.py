@@ -11,7 +11,8 @@ from pytest_cudaagent.workers.worker import (
 )
 
 # What the evaluator asks each side (evaluation.py), by name.
-REFERENCE_REQUESTS = {"sizes", "prepare", "draw_set", "drop_sets", "fresh_sets", "repeats_itself", "baseline", "calibrate"}
+REFERENCE_REQUESTS = {"sizes", "prepare", "draw_set", "drop_sets", "fresh_sets", "repeats_itself", "baseline", "calibrate",
+                      "release"}
 CANDIDATE_REQUESTS = {"construct", "keep_build", "forward", "check_held", "warm", "stage", "time", "audit"}
 
 
@@ -66,3 +67,16 @@ def test_an_exit_from_a_request_is_answered_and_ends_the_loop():
     pipe = _Pipe([("leave",), ("echo", 1)])
     _Echo(pipe).serve()
     assert [(m["kind"], m["phase"], m["error_type"]) for m in pipe.sent] == [("error", "leave", "SystemExit")]
+
+
+def test_the_loop_hands_back_the_request_it_was_told_to_stop_at():
+    """serve_requests(until="load"): a reference worker's next problem (reused_reference.py) ends
+    the loop with its arguments, unanswered; ("exit",) and a closed pipe end it with None."""
+    from pytest_cudaagent.workers.worker import serve_requests
+
+    pipe = _Pipe([("echo", 1), ("load", {"problem": "next.py"}), ("echo", 2)])
+    echo = _Echo(pipe)
+    assert serve_requests(pipe, echo.handlers(), until="load") == ({"problem": "next.py"},)
+    assert pipe.sent == [{"kind": "echo", "value": 1}] and pipe.requests == [("echo", 2)]
+    assert serve_requests(_Pipe([("exit",), ("load", {})]), echo.handlers(), until="load") is None
+    assert serve_requests(_Pipe([("echo", 3)]), echo.handlers(), until="load") is None
