@@ -439,16 +439,15 @@ class Evaluation:
             try:
                 reference_worker.send(("release",))  # answered while the next evaluation starts
             except WorkerDied:
-                leave_reference = False
                 workers.append(reference_worker)
+            else:  # in the slot at once: what ends the session (or an interrupt) closes it there
+                reused_reference.spare().put(reference_worker, self._reference_problems + 1)
         for worker in workers:
             worker.close()
         if self.sandbox is not None:
             self.sandbox.close()
         if keep_reference:
             self._keep_reference(reference_worker)
-        elif leave_reference:
-            reused_reference.spare().put(reference_worker, self._reference_problems + 1)
 
     def _phase(self, name: str, action, worker: Worker | None = None, problem_side: bool = False,
                record: bool = True):

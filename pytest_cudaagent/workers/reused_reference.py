@@ -136,9 +136,11 @@ class SpareReference:
             return None
         try:
             reply = worker.receive(RELEASE_TIMEOUT_S)
-        except Exception:  # noqa: BLE001 - died, timed out, answered an error: a fresh one instead
-            worker.close()
-            return None
+        except BaseException as error:  # died, timed out, answered an error: a fresh one instead
+            worker.close()  # out of the slot: no one else would (an interrupt here included)
+            if isinstance(error, Exception):
+                return None
+            raise
         if not reply.get("reusable"):
             worker.close()
             return None
