@@ -65,6 +65,10 @@ def _session_processes(session_id: int) -> list[int]:
     return found
 
 
+def _sigint_by_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
@@ -84,9 +88,12 @@ def test_ctrl_c_prints_one_line_and_resume_finishes(tmp_path):
     command = [sys.executable, "-m", "pytest_cudaagent.cli", "bench", "--problems", "problems",
                "--candidates", "candidates", "--device", "cpu", "--no-timing", "--policy", "permissive",
                "--workers", "1", "--out", "out"]
-    # Its own session, as a terminal's foreground job: Ctrl-C is SIGINT to the whole group.
+    # Its own session, as a terminal's foreground job: Ctrl-C is SIGINT to the whole group. With
+    # SIGINT's default action, as a terminal gives it: a suite run in the background of a
+    # non-interactive shell (`nohup ... &`) hands its children SIGINT ignored, and Python then
+    # never raises KeyboardInterrupt.
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+                               start_new_session=True, preexec_fn=_sigint_by_default)
     deadline = time.monotonic() + 600
     while len(_rows(out / "results.jsonl")) < 1 and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.5)
