@@ -619,8 +619,8 @@ class ReferenceServer(RequestServer):
             self.model = self.placed(model)
         self.sets = self.draw_sets(set_count if drawn_now is None else min(drawn_now, set_count), self.config.trials)
         self.seeds = [drawn["seed"] for drawn in self.sets]
-        return {"steps": steps.taken(),"init_inputs": _to_send(init_inputs), "state_dict": state_dict, "seed": construction_seed,
-                "sets": self.sets, "backend_settings": self.configured.to_dict(),
+        return {"steps": steps.taken(), "init_inputs": _to_send(init_inputs), "state_dict": state_dict,
+                "seed": construction_seed, "sets": self.sets, "backend_settings": self.configured.to_dict(),
                 "forward_ms": self.forward_ms if set_count else None, "stateful": self.stateful,
                 "host_transfers": self.host_transfers or [],
                 # The problem's device footprint while preparing (footprints.Measures).
