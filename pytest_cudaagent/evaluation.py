@@ -32,6 +32,7 @@ from .core.files import BadFileError, Candidate, check_candidate, check_problem,
 from .core.result import Result, TimingStats, TrialResult, Violation
 from .core.reward import milestone_reward
 from .core.shared_tensors import SharedBufferPool, shared_copies
+from .core.step_seconds import StepSeconds
 from .resources.footprints import Footprint, FootprintStore, Measures, estimate, streams_sets
 from .resources.memory_gate import Gate, Hold
 from .resources.out_of_memory import asked_and_had, out_of_memory, verdict_error
@@ -488,15 +489,9 @@ class Evaluation:
             if record:
                 self.result.phase_seconds[name] = round(time.perf_counter() - started, 4)
 
-    @contextlib.contextmanager
     def _profiled(self, label: str):
         """Adds the block's seconds to Result.profile[label] (work done here in the parent)."""
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            profile = self.result.profile
-            profile[label] = profile.get(label, 0.0) + time.perf_counter() - started
+        return StepSeconds(self.result.profile)(label)
 
     def _fail(self, status: str, error: str):
         self.result.status = status
@@ -1453,7 +1448,7 @@ def start_candidate_worker(candidate: Candidate, config: EvalConfig, device: str
     started = time.perf_counter()
     sandbox = Sandbox.create(extensions_dir, readable, config.sandbox_limits, config.memory_cap_gb)
     if profile is not None:
-        profile["parent.sandbox"] = profile.get("parent.sandbox", 0.0) + time.perf_counter() - started
+        StepSeconds(profile).add("parent.sandbox", time.perf_counter() - started)
     spec["sandbox"] = sandbox.spec(config.sandbox, config.require_sandbox)
     env = {"TORCH_EXTENSIONS_DIR": str(sandbox.build_dir), **sandbox.env()}
     if device == "cpu":

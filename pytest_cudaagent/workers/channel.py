@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import torch.multiprocessing as torch_mp
 
+from ..core.step_seconds import StepSeconds
 from ..system import proc_tree
 from ..system.lifetime import lead_session_and_reap_it
 from ..timing import host_quiet
@@ -133,19 +134,18 @@ class Worker:
         return reply
 
     def _count(self, label: str, started: float) -> None:
-        self.seconds[label] = self.seconds.get(label, 0.0) + time.perf_counter() - started
+        StepSeconds(self.seconds).add(label, time.perf_counter() - started)
 
     def _count_steps(self, label: str, reply: dict) -> None:
         """The worker's own seconds per step of the request, where its reply says them
-        (worker.StepSeconds), as "<label>.<step>": a profile only, never read for a verdict. A
+        (core.step_seconds.StepSeconds), as "<label>.<step>": a profile only, never read for a verdict. A
         candidate's worker could send anything here, so only a few numbers with short names."""
         steps = reply.get("steps")
         if not isinstance(steps, dict) or len(steps) > STEPS_AT_MOST:
             return
         for step, seconds in steps.items():
             if isinstance(step, str) and len(step) <= 40 and type(seconds) is float and 0 <= seconds < 1e6:
-                key = f"{label}.{step}"
-                self.seconds[key] = self.seconds.get(key, 0.0) + seconds
+                StepSeconds(self.seconds).add(f"{label}.{step}", seconds)
 
     def _receive(self, timeout_s: float) -> dict:
         deadline = time.monotonic() + timeout_s

@@ -18,6 +18,7 @@ import traceback
 from pathlib import Path
 
 from ..builds.fast_build import install as install_fast_build
+from ..core.step_seconds import StepSeconds
 
 
 def _fresh_seed() -> int:
@@ -71,32 +72,6 @@ def _cpu_seconds_with_children() -> float:
 
     own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
-
-
-class StepSeconds:
-    """Seconds of a worker's named steps inside its requests, summed; sent in a reply as "steps"
-    ({step: seconds}) and kept in Result.profile as "<side>.<request>.<step>": where a request's
-    time went inside the worker, which the parent's clock of the request cannot say (#41: in a
-    batch of eight, the reference's prepare took 3.1 s against 1.0 s alone)."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    @contextlib.contextmanager
-    def __call__(self, step: str):
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.add(step, time.perf_counter() - started)
-
-    def add(self, step: str, seconds: float) -> None:
-        self.seconds[step] = self.seconds.get(step, 0.0) + seconds
-
-    def taken(self) -> dict[str, float]:
-        """The seconds so far, and a fresh count for the next request."""
-        seconds, self.seconds = self.seconds, {}
-        return seconds
 
 
 def _reply_error(conn, phase: str, error: BaseException) -> None:

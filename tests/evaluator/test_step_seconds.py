@@ -1,11 +1,11 @@
-"""A worker's own seconds per step inside a request (worker.StepSeconds), and how the parent
+"""A worker's own seconds per step inside a request (core.step_seconds.StepSeconds), and how the parent
 keeps them (channel.Worker._count_steps): the candidate's worker may send anything there, and
 only a few plain numbers with short names are kept, never more than the profile holds."""
 
 import time
 
+from pytest_cudaagent.core.step_seconds import StepSeconds
 from pytest_cudaagent.workers.channel import STEPS_AT_MOST, Worker
-from pytest_cudaagent.workers.worker import StepSeconds
 
 
 def test_steps_are_summed_and_taken_once():
@@ -18,6 +18,15 @@ def test_steps_are_summed_and_taken_once():
     assert set(taken) == {"call", "copy"}
     assert 0.02 <= taken["call"] < 1.0 and taken["copy"] == 0.5
     assert steps.taken() == {}  # the next request counts afresh
+
+
+def test_steps_given_a_dict_add_to_it():
+    profile = {"compare": 1.0}
+    steps = StepSeconds(profile)  # the evaluating process's Result.profile, a Worker's waits
+    steps.add("compare", 0.5)
+    with steps("parent.close"):
+        pass
+    assert profile["compare"] == 1.5 and "parent.close" in profile
 
 
 def test_a_step_that_raises_is_still_counted():
