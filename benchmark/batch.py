@@ -29,6 +29,7 @@ from pytest_cudaagent.core.config import EvalConfig
 from pytest_cudaagent.core.result import Result
 from pytest_cudaagent.records.pairing import Pair
 from pytest_cudaagent.records.results_file import done_keys, pair_key, record_missing
+from pytest_cudaagent.system import bytecode_cache, start_trace
 from pytest_cudaagent.system.cores import usable_cores
 from pytest_cudaagent.system.gpu_pinning import visible_gpus
 from pytest_cudaagent.system.lifetime import PARENT_PID_ENV
@@ -223,27 +224,22 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
     run_start = results_path.stat().st_size if results_path.exists() else 0
     tail = ResultsTail(results_path, run_start)
 
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    if settings.gpus is not None:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(settings.gpus)
-    # pytest, its workers and their worker processes die with this process, even if it is SIGKILLed.
-    env[PARENT_PID_ENV] = str(os.getpid())
     # What the run's evaluations wait for, shown on the progress line (waits.py).
     status_dir = run_dir / "status"
     shutil.rmtree(status_dir, ignore_errors=True)
-    env[STATUS_DIR_ENV] = str(status_dir)
-    env[RUN_ID_ENV] = run_id()
+    env = run_environment(settings, status_dir)
     command = pytest_command(manifest, results_path, run_dir, settings, device, workers)
     with open(outcome.log_path, "w") as log:
         log.write(" ".join(command) + "\n")
         log.flush()
+        start_trace.mark("bench.pytest_started")
         process = subprocess.Popen(command, cwd=run_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             # torch's own view, while pytest starts: the driver can show a GPU torch cannot use.
             if device == "cuda" and not gpu_count():
                 raise BatchError("--device cuda asked for, but torch sees no CUDA GPU (the driver shows "
                                  f"{gpus}): install a CUDA build of torch, or use --device cpu")
+            start_trace.mark("bench.gpu_checked")
             finished = follow(process, tail, len(todo), console, status_dir=status_dir)
         except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, or SIGTERM through lifetime.stop_on_sigterm
             _end(process)
@@ -262,6 +258,20 @@ def run_batch(pairs: list[Pair], results_path: str | Path, settings: BatchSettin
                                             device)
         outcome.new_results += outcome.unreported
     return outcome
+
+
+def run_environment(settings: BatchSettings, status_dir: Path) -> dict[str, str]:
+    """The environment of the run's pytest, inherited by its workers and theirs."""
+    # Where torch has no bytecode beside it, each process would compile it again (bytecode_cache.py).
+    env = bytecode_cache.for_run(dict(os.environ, PYTHONUNBUFFERED="1"), settings.config.cache_dir)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    if settings.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(settings.gpus)
+    # pytest, its workers and their worker processes die with this process, even if it is SIGKILLed.
+    env[PARENT_PID_ENV] = str(os.getpid())
+    env[STATUS_DIR_ENV] = str(status_dir)
+    env[RUN_ID_ENV] = run_id()
+    return env
 
 
 def _end(process: subprocess.Popen, grace_s: float = 20.0) -> None:

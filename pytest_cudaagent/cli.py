@@ -20,6 +20,7 @@ from .core.files import BadFileError, check_candidate, check_problem
 from .core.result import Result
 from .options import add_eval_options, eval_config, namespace_values
 from .records.user_paths import command_paths
+from .system import start_trace
 from .terminal import console as console_for_output
 from .timing.waits import start_run
 from .workers.sandbox import SandboxUnavailable
@@ -165,6 +166,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    start_trace.mark("cli.start", created=start_trace.created())
     args = build_parser(argv).parse_args(argv)
     start_run(["cudaagent", *(sys.argv[1:] if argv is None else argv)])  # waits.py: whose run holds a lock
     # Before any command runs elsewhere (a pytest subprocess, a workspace): paths are the caller's.

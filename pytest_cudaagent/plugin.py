@@ -31,6 +31,7 @@ from .options import (
 from .records.pairing import Pair, pair_directory
 from .records.results_file import append_result, done_keys, record_missing
 from .records.user_paths import TypedPaths
+from .system import start_trace
 from .system.gpu_pinning import pin_xdist_worker_to_gpu
 from .system.lifetime import die_with_parent_from_env
 from .timing.host_quiet import record_host
@@ -119,6 +120,7 @@ def config_from_pytest(config: pytest.Config) -> EvalConfig:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    start_trace.mark("pytest.configure", created=start_trace.created())
     # The run's CPUs and GPUs, recorded by the controller before xdist pins each worker to one
     # GPU and before any zygote starts (host_quiet.py: the cores kept for timed calls).
     record_host()
@@ -167,6 +169,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         state().clear_announced()
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    start_trace.mark("pytest.collected", items=len(session.items))
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """The xdist controller notes where the results file ends and which pairs the run has, so
     that a pair whose worker died before its row was written still gets one (sessionfinish)."""
@@ -210,6 +216,8 @@ def evaluate(problem, candidate, config: EvalConfig) -> Result:
 def evaluate_to_result(problem, candidate, config: EvalConfig) -> Result:
     """`evaluate` with every ending as a Result: one row per pair (evaluation.evaluate_to_result)."""
     from .evaluation import evaluate_to_result as evaluate_pair
+
+    start_trace.mark("evaluation.imported")
 
     return evaluate_pair(problem, candidate, config)
 
@@ -277,8 +285,10 @@ class CandidateItem(pytest.Item):
         self.add_marker("cudaagent")
 
     def runtest(self) -> None:
+        start_trace.mark("item.start", pair=self.name)
         # Every pair leaves one row, whoever is at fault: the candidate, its problem, or us.
         result = evaluate_to_result(self.pair.problem, self.pair.candidate, config_from_pytest(self.config))
+        start_trace.mark("item.end", pair=self.name)
         results_path = _setting(self.config, "--cudaagent-results")
         if results_path:
             append_result(results_path, result)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib.machinery
 import importlib.util
 import re
 import sys
@@ -119,10 +120,21 @@ def file_hash(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
+    """Compiles the file's source on every import, and neither reads nor writes its bytecode.
+    Python takes a file's cached bytecode as current while its size and modification second are
+    unchanged: an agent that rewrites its candidate within a second, to the same length (a constant
+    changed, 1 to 2), would otherwise be evaluated on the code it had before."""
+
+    def path_stats(self, path):
+        raise OSError("an evaluated file is compiled from its source")  # SourceLoader: no bytecode
+
+
 def import_file(path: str | Path, module_name: str) -> ModuleType:
-    """Import a .py file as a fresh module under `module_name`."""
+    """Import a .py file as a fresh module under `module_name`, compiled from its source as it is now."""
     path = Path(path)
-    spec = importlib.util.spec_from_file_location(module_name, path)
+    spec = importlib.util.spec_from_file_location(module_name, path,
+                                                  loader=_SourceOnlyLoader(module_name, str(path)))
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     sys.path.insert(0, str(path.parent))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..builds.fast_build import install as install_fast_build
 from ..core.step_seconds import StepSeconds
+from ..system import start_trace
 
 
 def _fresh_seed() -> int:
@@ -31,6 +32,7 @@ def setup_worker(spec: dict) -> None:
 
     redirect_stdio(spec["log_path"])
     os.environ.update(spec["env"])
+    start_trace.mark("worker.setup", side="candidate" if "candidate" in spec else "reference")
     untimed_worker(reserved_in(spec))  # off the timed processes' cores until it times (host_quiet.py)
     keep_freed_memory()
     timing = (spec.get("config") or {}).get("timing_config") or {}

@@ -31,6 +31,7 @@ import traceback
 from multiprocessing import reduction, util
 from multiprocessing.connection import Connection
 
+from ..system import start_trace
 from ..system.fd_wait import readable, ready
 
 # Imported once in the zygote: what every worker imports before its first request, and what the
@@ -53,6 +54,14 @@ PRELOAD = ("numpy", "torch", "torch._dynamo", "triton", "triton.language",
 # waited 4.5-8.3 s for their zygote's first fork. A worker forked before these are in imports what
 # it needs itself (the candidate's worker imports torch._dynamo before the candidate's code).
 AFTER_READY = ("torch._dynamo", "triton", "triton.language")
+# AFTER_READY's imports begin only after the zygote's first fork, once no request has come for
+# this long. An import cannot be cut short, and a fork asked for during one waits for all of it:
+# on the H200 machine (no bytecode in the image, so each process compiles torch's) torch._dynamo
+# took 4-6 s, and a batch's first reference, which needs none of these modules, waited that long
+# for its fork behind it (CUDAAGENT_TRACE, experiments/start_trace.py). An evaluation asks for its
+# two workers back to back, so both are forked before the imports start; its candidate's worker,
+# forked without them, imports them itself (import_after_ready) while the zygote does.
+QUIET_BEFORE_LATER_S = 0.5
 ENABLE_ENV = "CUDAAGENT_ZYGOTE"
 READY_TIMEOUT_S = 600.0  # the first fork waits for the imports (tens of seconds on a cold disk)
 EXIT_WAIT_S = 5.0  # a closed zygote's own exit, before it is killed
@@ -211,7 +220,8 @@ class _Zygote:
         # cross this pipe.
         context = multiprocessing.get_context("spawn")
         self.control, child_end = context.Pipe()
-        self.process = context.Process(target=_zygote_main, args=(child_end, PRELOAD, AFTER_READY), daemon=True,
+        self.process = context.Process(target=_zygote_main,
+                                       args=(child_end, PRELOAD, AFTER_READY, QUIET_BEFORE_LATER_S), daemon=True,
                                        name="cudaagent-zygote")
         self.process.start()
         child_end.close()
@@ -228,6 +238,7 @@ class _Zygote:
         return bool(self.children)
 
     def fork(self, payload: bytes, conn_fd: int) -> ZygoteProcess:
+        start_trace.mark("zygote.fork_asked", ready=self.report is not None)
         with self._fork_lock:
             if self.report is None:
                 self.report = self._receive(READY_TIMEOUT_S, "finish its imports")
@@ -250,6 +261,7 @@ class _Zygote:
                 self.report["fork_poisoned"] = True
                 raise ZygoteUnavailable(POISONED)
             pid = reply["pid"]
+            start_trace.mark("zygote.forked", child=pid)
             child = ZygoteProcess(pid, status_read)
             self.busy()  # the ended ones forgotten: one zygote may fork thousands in a trainer's run
             self.children.append(child)
@@ -297,33 +309,41 @@ def import_after_ready() -> None:
         _import_quietly(name)
 
 
-def _zygote_main(control: Connection, preload: tuple[str, ...], after_ready: tuple[str, ...] = AFTER_READY) -> None:
+def _zygote_main(control: Connection, preload: tuple[str, ...], after_ready: tuple[str, ...] = AFTER_READY,
+                 quiet_s: float = QUIET_BEFORE_LATER_S) -> None:
     """Import, say so, then fork on request until the evaluator closes its end (or dies: the same
-    end-of-file); the modules of `after_ready` are imported once ready, one at a time, each only
-    while no request waits. Its children die with it (PDEATHSIG, set by each child)."""
+    end-of-file); the modules of `after_ready` are imported after the first fork, one at a time,
+    each only once no request has come for QUIET_BEFORE_LATER_S. Its children die with it
+    (PDEATHSIG, set by each child)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C ends the evaluator, which ends this
+    start_trace.mark("zygote.start", created=start_trace.created())
     later = [name for name in preload if name in after_ready]
     for name in preload:
         if name not in later:
             _import_quietly(name)
     poisoned = _fork_poisoned()
     control.send({"fork_poisoned": poisoned})
+    start_trace.mark("zygote.ready")
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes the select below
     statuses: dict[int, int] = {}  # child pid -> the write end of its exit-status pipe
+    forked_at: float | None = None  # the last fork's time (QUIET_BEFORE_LATER_S)
     while True:
-        # Waiting for a request only once every module is in; before, a look and the next import.
-        readable_now = ready([control.fileno(), wake_read], 0 if later else None)
+        readable_now = ready([control.fileno(), wake_read], _wait_before_later(later, forked_at, quiet_s))
         if wake_read in readable_now:
             os.read(wake_read, 4096)
             _reap(statuses)
         if control.fileno() not in readable_now:
-            if later and not poisoned:
-                _import_quietly(later.pop(0))
+            if _wait_before_later(later, forked_at, quiet_s) != 0:
+                continue  # woken by a child's exit: not yet time for the next import
+            if not poisoned:
+                name = later.pop(0)
+                _import_quietly(name)
                 poisoned = _fork_poisoned()
-            elif later:
+                start_trace.mark("zygote.imported", module=name)
+            else:
                 later.clear()  # nothing more will be forked
             continue
         try:
@@ -344,7 +364,16 @@ def _zygote_main(control: Connection, preload: tuple[str, ...], after_ready: tup
         os.close(conn_fd)
         statuses[pid] = status_fd
         control.send({"pid": pid})
+        forked_at = time.monotonic()
         _reap(statuses)
+
+
+def _wait_before_later(later: list[str], forked_at: float | None, quiet_s: float) -> float | None:
+    """How long the zygote may wait for a request before its next AFTER_READY import: None (until
+    one comes) when no import is left or none has been forked yet, 0 once it may import now."""
+    if not later or forked_at is None:
+        return None
+    return max(0.0, quiet_s - (time.monotonic() - forked_at))
 
 
 def _fork_poisoned() -> bool:

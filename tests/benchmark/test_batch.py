@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.batch import RUN_CONFIG, BatchSettings, default_workers, pytest_command
+from benchmark.batch import (
+    RUN_CONFIG,
+    BatchSettings,
+    default_workers,
+    pytest_command,
+    run_environment,
+)
 from benchmark.progress import ResultsTail
+from experiments import start_trace as start_trace_experiment
 from pytest_cudaagent.core.config import EvalConfig
 from pytest_cudaagent.options import OPTION_NAMES
 from pytest_cudaagent.records.results_file import append_json_line, read_results
@@ -377,11 +384,15 @@ def test_default_workers_count_the_cores_this_process_may_use_not_the_machines()
 
 
 @pytest.mark.slow
-def test_a_bench_without_timing_serves_its_problems_from_one_reference_process(tmp_path):
+def test_a_bench_without_timing_serves_its_problems_from_one_reference_process(tmp_path, monkeypatch):
     """reused_reference.py under a real `cudaagent bench --no-timing`: a worker's later problems
     are served by its first reference's process, each verdict its own, and no reference process
-    outlives the run."""
+    outlives the run. Traced (CUDAAGENT_TRACE): every process of the run marks its start, and
+    experiments/start_trace.py reads it."""
     import psutil
+
+    trace = tmp_path / "trace.jsonl"
+    monkeypatch.setenv("CUDAAGENT_TRACE", str(trace))
 
     make_kernelbench_tree(tmp_path / "kb")
     candidates = tmp_path / "runs"
@@ -398,3 +409,26 @@ def test_a_bench_without_timing_serves_its_problems_from_one_reference_process(t
     assert [result.env.get("reference_reused") for result in results] == [None, 1, 2]
     (pid,) = {result.env["pids"]["reference"] for result in results}
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    marks = start_trace_experiment.read_trace(trace)
+    events = {mark["event"] for mark in marks}
+    assert {"bench.pytest_started", "pytest.configure", "pytest.collected", "zygote.start",
+            "zygote.ready", "zygote.fork_asked", "zygote.forked", "worker.setup", "item.start",
+            "evaluation.imported", "item.end"} <= events
+    assert sum(mark["event"] == "item.end" for mark in marks) == 3
+    assert {mark["side"] for mark in marks if mark["event"] == "worker.setup"} == {"candidate", "reference"}
+    rows = start_trace_experiment.per_worker(marks, start_trace_experiment.origin(marks))
+    assert list(rows) == ["gw0"] and 0 < rows["gw0"]["item"] < rows["gw0"]["item end"]
+
+
+def test_the_runs_processes_keep_bytecode_under_the_cache_where_torch_has_none(tmp_path, monkeypatch):
+    """bytecode_cache.py in the run's environment: on the H200 machine torch had no bytecode beside
+    it and every process of a batch compiled it (4-5 s each); forced here, as it is there."""
+    settings = BatchSettings(config=EvalConfig(device="cpu", cache_dir=tmp_path / "cache"))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("CUDAAGENT_BYTECODE_CACHE", "1")
+    env = run_environment(settings, tmp_path / "status")
+    assert env["PYTHONPYCACHEPREFIX"] == str((tmp_path / "cache" / "bytecode").resolve())
+    assert "PYTHONDONTWRITEBYTECODE" not in env
+    monkeypatch.setenv("CUDAAGENT_BYTECODE_CACHE", "0")
+    env = run_environment(settings, tmp_path / "status")
+    assert "PYTHONPYCACHEPREFIX" not in env and env["PYTHONDONTWRITEBYTECODE"] == "1"

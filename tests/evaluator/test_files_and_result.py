@@ -1,4 +1,6 @@
 import json
+import os
+import sys
 
 import pytest
 
@@ -10,7 +12,7 @@ from pytest_cudaagent import (
     Violation,
     milestone_reward,
 )
-from pytest_cudaagent.core.files import check_candidate, check_problem
+from pytest_cudaagent.core.files import check_candidate, check_problem, import_file
 from tests.helpers import PROBLEMS, TEST_CANDIDATES
 
 
@@ -91,3 +93,17 @@ def test_reward_thresholds_are_configurable_and_implausible_speedups_capped():
     assert milestone_reward(result, RewardConfig(eager_speedup=2.0)) == 1.0
     result.warnings.append(Violation("implausible_speedup", "too good"))
     assert milestone_reward(result) == 2.0
+
+
+def test_a_file_rewritten_within_the_same_second_to_the_same_length_is_imported_as_it_is_now(tmp_path, monkeypatch):
+    """Python would take bytecode cached beside the file as current (same size, same modification
+    second): an agent's candidate rewritten that fast would be evaluated on its old code."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    candidate = tmp_path / "model_new.py"
+    candidate.write_text("SLOPE = 1\n")
+    before = candidate.stat()
+    assert import_file(candidate, "rewritten_first").SLOPE == 1
+    candidate.write_text("SLOPE = 2\n")
+    os.utime(candidate, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert import_file(candidate, "rewritten_second").SLOPE == 2
+    assert not list(tmp_path.rglob("*.pyc"))  # nothing written beside it either

@@ -238,7 +238,55 @@ def test_the_zygote_is_ready_before_its_after_ready_imports_and_forks_with_them_
         worker = worker_of(report_modules)
         imported = worker.receive(120)["imported"]
         assert worker.start_method == "zygote", worker.start_error
+        time.sleep(2 * zygote.QUIET_BEFORE_LATER_S)  # the imports begin once no fork has come for that long
     assert imported == [module, "torch._dynamo"]
+
+
+def test_the_forks_asked_for_right_after_the_first_are_not_held_up_by_the_after_ready_imports(
+        worker_of, monkeypatch, tmp_path):
+    """An evaluation asks for its candidate's and its reference's worker back to back: the second
+    is forked at once, not after an AFTER_READY import begun between the two (here one that would
+    block for four minutes; on the H200 machine torch._dynamo's took 4-6 s). Neither child finds
+    the module: the imports wait for a quiet moment after the forks."""
+    release = tmp_path / "release"
+    module = "tests.evaluator.waits_for_a_file_import"
+    monkeypatch.setattr(zygote, "PRELOAD", (*zygote.PRELOAD, module))
+    monkeypatch.setattr(zygote, "AFTER_READY", (module, *zygote.AFTER_READY))
+    monkeypatch.setattr(zygote, "QUIET_BEFORE_LATER_S", 60.0)  # longer than this test's two forks
+    monkeypatch.setenv("CUDAAGENT_TEST_RELEASE", str(release))  # a new environment: a zygote of its own
+    started = zygote._current()
+    started.report = started._receive(120, "say it is ready")
+    try:
+        for _ in range(2):
+            began = time.monotonic()
+            worker = worker_of(report_modules)
+            imported = worker.receive(120)["imported"]
+            assert worker.start_method == "zygote", worker.start_error
+            assert module not in imported
+            assert time.monotonic() - began < 30
+    finally:
+        release.touch()
+
+
+def test_the_zygote_waits_for_its_first_fork_before_the_after_ready_imports(worker_of, monkeypatch, tmp_path):
+    """Ready, and no fork asked for: the zygote does not start an import that a first fork would
+    then wait for (a batch's xdist worker is still importing torch itself when its zygote is
+    ready). Here the import would block; the first fork comes well after the zygote's word."""
+    release = tmp_path / "release"
+    module = "tests.evaluator.waits_for_a_file_import"
+    monkeypatch.setattr(zygote, "PRELOAD", (*zygote.PRELOAD, module))
+    monkeypatch.setattr(zygote, "AFTER_READY", (module, *zygote.AFTER_READY))
+    monkeypatch.setenv("CUDAAGENT_TEST_RELEASE", str(release))
+    started = zygote._current()
+    started.report = started._receive(120, "say it is ready")
+    time.sleep(2 * zygote.QUIET_BEFORE_LATER_S)  # a zygote that imports while idle would be blocked by now
+    try:
+        began = time.monotonic()
+        worker = worker_of(report_modules)
+        assert module not in worker.receive(120)["imported"]
+        assert time.monotonic() - began < 30
+    finally:
+        release.touch()
 
 
 def test_an_after_ready_import_that_touches_cuda_ends_the_forks(monkeypatch):

@@ -1,0 +1,49 @@
+"""Timestamps of a run's processes, for finding where a batch's first seconds go (#41: on the
+H100 machine a batch's first evaluation began 12-16 s into a 34-39 s run, and its results said
+only when each evaluation began, not what the seconds before were spent on).
+
+With CUDAAGENT_TRACE naming a file, each process of the run (the bench, pytest's controller and
+workers, their zygotes, the evaluations) appends one JSON line per mark: the wall-clock time (one
+clock for every process), its pid, the xdist worker it belongs to and the event. Unset, a mark costs one dictionary lookup.
+`python -m experiments.start_trace FILE` turns the file into a table. Confined candidate workers
+write nothing (their sandbox refuses the file); what they spend is in Result.profile."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+TRACE_ENV = "CUDAAGENT_TRACE"
+
+
+def mark(event: str, **fields) -> None:
+    """Appends `event` (with `fields`, plain JSON values) to the trace file, if one is set. One
+    write of one line in append mode: lines of several processes do not interleave."""
+    path = os.environ.get(TRACE_ENV)
+    if not path:
+        return
+    # The xdist worker a process belongs to (its zygote and workers inherit the variable).
+    line = json.dumps({"t": time.time(), "pid": os.getpid(), "xdist": os.environ.get("PYTEST_XDIST_WORKER"),
+                       "event": event, **fields}, default=str) + "\n"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError:  # a process that may not write there (a sandbox) leaves no mark
+        return
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def created() -> float | None:
+    """When this process started (wall clock), where a trace is written: the seconds before a
+    process's first mark (its interpreter's start and imports) are part of a run's start."""
+    if not os.environ.get(TRACE_ENV):
+        return None
+    import psutil
+
+    try:
+        return psutil.Process().create_time()
+    except psutil.Error:
+        return None
