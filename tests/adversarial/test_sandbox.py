@@ -116,6 +116,16 @@ def test_another_candidates_build_is_out_of_reach(monkeypatch):
     assert not (other / "planted.so").exists()
 
 
+def test_the_bytecode_cache_is_out_of_reach(monkeypatch):
+    """A batch's processes read torch's bytecode from the cache where torch has none beside it
+    (system/bytecode_cache.py): bytecode planted there would run in every later process."""
+    prefix = Path(os.environ["CUDAAGENT_CACHE"]) / "bytecode"
+    prefix.mkdir(parents=True, exist_ok=True)
+    result = attack("write_bytecode_cache", prefix, monkeypatch)
+    assert result.status == "build_error" and "Permission denied" in result.error
+    assert not (prefix / "torch").exists()
+
+
 def test_home_directory_is_out_of_reach(monkeypatch):
     name = f".cudaagent-attack-{uuid.uuid4().hex}"
     planted = Path.home() / name
