@@ -16,7 +16,6 @@ by whoever knows that (`cudaagent bench`: a fresh id per run); evaluations witho
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import json
 import threading
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.files import file_hash
+from ..core.per_process import PerProcess
 
 if TYPE_CHECKING:  # channel imports torch; the plugin closes kept references without it
     from .channel import Worker
@@ -93,19 +93,14 @@ class ReferenceStore:
         return len(self._kept)
 
 
-_store: ReferenceStore | None = None
+_store = PerProcess(ReferenceStore, ReferenceStore.close_all)
 
 
 def store() -> ReferenceStore:
     """This process's store, made on first use (by the thread that evaluates) and emptied at exit."""
-    global _store
-    if _store is None:
-        _store = ReferenceStore()
-        atexit.register(close_kept)
-    return _store
+    return _store.get()
 
 
 def close_kept() -> None:
     """Ends every kept reference worker (the end of a batch: pytest's session, a reward pool)."""
-    if _store is not None:
-        _store.close_all()
+    _store.empty()

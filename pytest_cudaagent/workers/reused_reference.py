@@ -33,6 +33,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..core.per_process import PerProcess
+
 if TYPE_CHECKING:  # channel imports torch
     from .channel import Worker
 
@@ -152,23 +154,14 @@ class SpareReference:
             worker.close()
 
 
-_spare: SpareReference | None = None
-_spare_lock = threading.Lock()
+_spare = PerProcess(SpareReference, SpareReference.close)
 
 
 def spare() -> SpareReference:
     """This process's slot, made on first use (by the thread that evaluates) and emptied at exit."""
-    global _spare
-    with _spare_lock:
-        if _spare is None:
-            import atexit
-
-            _spare = SpareReference()
-            atexit.register(close_spare)
-        return _spare
+    return _spare.get()
 
 
 def close_spare() -> None:
     """Ends the waiting reference worker, if any (the end of a batch, the process's exit)."""
-    if _spare is not None:
-        _spare.close()
+    _spare.empty()

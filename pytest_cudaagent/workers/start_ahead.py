@@ -17,7 +17,6 @@ and settings.
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import json
 import threading
@@ -26,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from ..core.per_process import PerProcess
 
 if TYPE_CHECKING:  # channel imports torch; the plugin announces and forgets without it
     from ..core.config import EvalConfig
@@ -118,18 +119,13 @@ class StartAhead:
         self.close()
 
 
-_state: StartAhead | None = None
+_state = PerProcess(StartAhead, StartAhead.forget)
 
 
 def state() -> StartAhead:
     """This process's, made on first use (by the thread that evaluates) and emptied at exit."""
-    global _state
-    if _state is None:
-        _state = StartAhead()
-        atexit.register(forget)
-    return _state
+    return _state.get()
 
 
 def forget() -> None:
-    if _state is not None:
-        _state.forget()
+    _state.empty()
