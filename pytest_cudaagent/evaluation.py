@@ -603,6 +603,8 @@ class Evaluation:
                              if getattr(worker.process, "pid", None)])
         with self._profiled("parent.admission"):
             hold.admit(self.footprint)
+        for step, seconds in hold.admission_steps.taken().items():
+            StepSeconds(self.result.profile).add(f"parent.admission.{step}", seconds)
 
     def _note_footprint(self, reference: dict) -> None:
         """The problem's measures, kept for the admission of its later pairs (footprints.py), and

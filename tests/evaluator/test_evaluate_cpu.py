@@ -49,6 +49,8 @@ def test_honest_cpp_candidate_passes_with_timing_and_eager_baseline():
     assert result.profile["candidate.forward"] <= result.phase_seconds["correctness"]
     # The evaluating process's own time outside the phases: until the first, closing, tampering.
     assert result.profile["parent.start"] > 0 and result.profile["parent.close"] > 0
+    # Where the memory gate's admission went: its look under the lock, its reservation's write.
+    assert {"parent.admission.lock_wait", "parent.admission.look", "parent.admission.reserve"} <= set(result.profile)
     assert result.profile["parent.tampering"] >= 0
     # The workers' own steps inside a request. prepare is sent before the parent waits for it
     # (it works while the candidate starts), so its steps may sum to more than that wait; a

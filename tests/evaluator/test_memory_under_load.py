@@ -362,6 +362,26 @@ def test_admission_waits_until_the_footprint_fits_beside_what_running_pairs_rese
     assert events == ["settled", "by footprint"]
 
 
+def test_admission_says_where_its_time_went(tmp_path, monkeypatch):
+    """Hold.admission_steps (Result.profile's parent.admission.<step>): the wait for the lock, the
+    looks under it, the sleeps between them and the reservation's write, one figure each."""
+    gib = 1024**3
+    looks = iter([(None, 1 * gib), (None, 1 * gib)])  # no room twice, then room
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.free_memory",
+                        lambda device: next(looks, (None, 64 * gib)))
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.shared_memory_free", lambda: 64 * gib)
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.host_headroom", lambda: 0)
+    monkeypatch.setattr("pytest_cudaagent.resources.memory_gate.ADMISSION_POLL_S", 0.05)
+    gate = Gate("cpu")
+    with gate.shared("admit", "first") as first, gate.shared("admit", "second") as second:
+        first.admit(Footprint(0, 1))
+        second.admit(Footprint(0, 4 * gib))
+        steps = second.admission_steps.taken()
+    assert second.admitted == "by footprint"
+    assert set(steps) == {"lock_wait", "look", "sleep", "reserve"}
+    assert steps["sleep"] >= 2 * 0.05 and all(seconds >= 0 for seconds in steps.values())
+
+
 def test_admission_counts_the_sets_against_dev_shm_too(monkeypatch):
     """Host memory 100 GiB free, but /dev/shm (where the sets live) 10 GiB: beside a running pair
     that reserved 8 GiB, a pair of 4 GiB waits for room in /dev/shm (here, until its time limit),
