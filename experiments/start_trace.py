@@ -2,7 +2,7 @@
 (pytest_cudaagent.system.start_trace), as seconds after the bench's own process started.
 
     CUDAAGENT_TRACE=/tmp/trace.jsonl cudaagent bench ... --no-timing
-    python -m experiments.start_trace /tmp/trace.jsonl
+    python -m experiments.start_trace /tmp/trace.jsonl --plot start.png
 
 Prints one row per xdist worker (when its process started, configured, collected; its zygote's
 start, readiness and imports; its first fork asked and done; its first item's start and end), the
@@ -102,14 +102,79 @@ def render(marks: list[dict], console: Console) -> None:
     console.print(events)
 
 
+# The spans drawn per xdist worker: (label, colour, from event, to event, lane); lane 0 is the
+# pytest worker's own process, lane 1 its zygote.
+SPANS = (
+    ("pytest start", "#bbbbbb", "created", "configure", 0),
+    ("torch for the evaluation core", "#ff7f0e", "item", "imported", 0),
+    ("zygote: torch", "#9467bd", "zygote", "ready", 1),
+    ("zygote: torch._dynamo", "#c5b0d5", "ready", "dynamo", 1),
+)
+
+
+def items_per_worker(marks: list[dict], zero: float) -> dict[str, list[tuple[float, float]]]:
+    """Each xdist worker's items, (start, end) in seconds after `zero`, in order."""
+    started: dict[tuple[str, str], float] = {}
+    spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for mark in sorted(marks, key=lambda mark: mark["t"]):
+        key = (mark.get("xdist"), mark.get("pair"))
+        if mark["event"] == "item.start":
+            started[key] = mark["t"] - zero
+        elif mark["event"] == "item.end" and key in started:
+            spans[key[0]].append((started.pop(key), mark["t"] - zero))
+    return dict(spans)
+
+
+def plot(marks: list[dict], path: Path) -> None:
+    """One row per xdist worker: its process's start, its items (alternating blues; over the first,
+    its torch import), its zygote's imports (a lane below) and the forks it asked for (ticks)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    zero = origin(marks)
+    workers = per_worker(marks, zero)
+    items = items_per_worker(marks, zero)
+    figure, axes = plt.subplots(figsize=(12, 0.7 * len(workers) + 1.5))
+    labelled: set[str] = set()
+
+    def bar(y: float, start: float, end: float, colour: str, label: str, zorder: int = 2) -> None:
+        axes.barh(y, end - start, left=start, height=0.35, color=colour, zorder=zorder,
+                  label=None if label in labelled else label)
+        labelled.add(label)
+
+    for row, (worker, steps) in enumerate(workers.items()):
+        for label, colour, begin, end, lane in SPANS:
+            if begin in steps and end in steps:
+                bar(row + 0.4 * lane, steps[begin], steps[end], colour, label, zorder=3)  # over its item
+        for index, (start, end) in enumerate(items.get(worker, [])):
+            bar(row, start, end, "#1f77b4" if index % 2 == 0 else "#aec7e8", "item (evaluation)")
+        forks = [mark["t"] - zero for mark in marks if mark.get("xdist") == worker and mark["event"] == "zygote.forked"]
+        axes.plot(forks, [row + 0.4] * len(forks), "k|", markersize=10, label=None if "fork" in labelled else "fork")
+        labelled.add("fork")
+    axes.set_yticks(range(len(workers)), list(workers))
+    axes.invert_yaxis()
+    axes.set_xlabel("seconds after the bench started")
+    axes.set_title("a batch's start, per xdist worker (CUDAAGENT_TRACE)")
+    axes.legend(loc="lower right", fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("trace", type=Path, help="the file CUDAAGENT_TRACE named")
+    parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw the workers' timelines here")
     args = parser.parse_args(argv)
     marks = read_trace(args.trace)
     if not marks:
         parser.error(f"{args.trace} holds no marks: was CUDAAGENT_TRACE set for the run?")
     render(marks, Console(width=200))
+    if args.plot:
+        plot(marks, args.plot)
+        print(f"wrote {args.plot}")
     return 0
 
 

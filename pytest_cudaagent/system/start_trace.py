@@ -37,13 +37,17 @@ def mark(event: str, **fields) -> None:
 
 
 def created() -> float | None:
-    """When this process started (wall clock), where a trace is written: the seconds before a
-    process's first mark (its interpreter's start and imports) are part of a run's start."""
+    """When this process started (wall clock, to the kernel's tick), where a trace is written: the
+    seconds before a process's first mark (its interpreter's start and imports) are part of a
+    run's start. Read from /proc/self/stat against the time since boot (psutil's create_time
+    counts from the boot's whole second, up to a second off); None where there is no /proc."""
     if not os.environ.get(TRACE_ENV):
         return None
-    import psutil
-
     try:
-        return psutil.Process().create_time()
-    except psutil.Error:
+        with open("/proc/self/stat") as stat:
+            # Field 22, counted after the command's closing parenthesis (the command may hold spaces).
+            started_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+        since_start = time.clock_gettime(time.CLOCK_BOOTTIME) - started_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
         return None
+    return time.time() - since_start
