@@ -4,9 +4,10 @@ only when each evaluation began, not what the seconds before were spent on).
 
 With CUDAAGENT_TRACE naming a file, each process of the run (the bench, pytest's controller and
 workers, their zygotes, the evaluations) appends one JSON line per mark: the wall-clock time (one
-clock for every process), its pid, the xdist worker it belongs to and the event. Unset, a mark costs one dictionary lookup.
-`python -m experiments.start_trace FILE` turns the file into a table. Confined candidate workers
-write nothing (their sandbox refuses the file); what they spend is in Result.profile."""
+clock for every process), its pid, the xdist worker it belongs to and the event. Unset, a mark
+costs one dictionary lookup. `python -m experiments.start_trace FILE` turns the file into a table
+and a plot. A candidate's worker marks only before its sandbox, which refuses the file; what it
+spends after is in Result.profile."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ def mark(event: str, **fields) -> None:
     path = os.environ.get(TRACE_ENV)
     if not path:
         return
+    if not os.path.isabs(path):
+        # Named from the user's directory: the processes started from here on (pytest runs in the
+        # run's directory, workers in their scratch) must write to the same file.
+        path = os.environ[TRACE_ENV] = os.path.abspath(path)
     # The xdist worker a process belongs to (its zygote and workers inherit the variable).
     line = json.dumps({"t": time.time(), "pid": os.getpid(), "xdist": os.environ.get("PYTEST_XDIST_WORKER"),
                        "event": event, **fields}, default=str) + "\n"

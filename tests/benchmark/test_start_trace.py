@@ -1,6 +1,7 @@
 """system/start_trace.py (CUDAAGENT_TRACE) and experiments/start_trace.py, which reads its marks."""
 
 import json
+import os
 import time
 
 import pytest
@@ -24,6 +25,21 @@ def test_marks_are_written_only_where_a_trace_is_asked_for(tmp_path, monkeypatch
     assert before <= mark["t"] <= time.time()
     created = start_trace.created()
     assert created is not None and before - 3600 < created <= before  # this process began before the mark
+
+
+def test_a_trace_named_relative_to_the_users_directory_is_one_file_for_every_process(tmp_path, monkeypatch):
+    """pytest runs in the run's directory and the workers in their scratch: a relative name is
+    made absolute by the first mark, before any of them starts."""
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CUDAAGENT_TRACE", "trace.jsonl")
+    start_trace.mark("cli.start")
+    assert os.environ["CUDAAGENT_TRACE"] == str(tmp_path / "trace.jsonl")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    start_trace.mark("pytest.configure")
+    assert [json.loads(line)["event"] for line in (tmp_path / "trace.jsonl").read_text().splitlines()] == [
+        "cli.start", "pytest.configure"]
+    assert not (tmp_path / "elsewhere" / "trace.jsonl").exists()
 
 
 def _synthetic(path, workers=2):
