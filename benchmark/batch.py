@@ -264,6 +264,11 @@ def run_environment(settings: BatchSettings, status_dir: Path) -> dict[str, str]
     """The environment of the run's pytest, inherited by its workers and theirs."""
     # Where torch has no bytecode beside it, each process would compile it again (bytecode_cache.py).
     env = bytecode_cache.for_run(dict(os.environ, PYTHONUNBUFFERED="1"), settings.config.cache_dir)
+    # The run's controller is no xdist worker, even when this process is one (a bench started from
+    # a test, or from a trainer's xdist scorer): with the outer worker's id it would pin itself to
+    # a GPU by that id (gpu_pinning) and mark its trace as that worker's.
+    for inherited in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):
+        env.pop(inherited, None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     if settings.gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(settings.gpus)

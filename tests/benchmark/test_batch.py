@@ -426,9 +426,11 @@ def test_the_runs_processes_keep_bytecode_under_the_cache_where_torch_has_none(t
     settings = BatchSettings(config=EvalConfig(device="cpu", cache_dir=tmp_path / "cache"))
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     monkeypatch.setenv("CUDAAGENT_BYTECODE_CACHE", "1")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")  # a bench started from inside an xdist worker
     env = run_environment(settings, tmp_path / "status")
     assert env["PYTHONPYCACHEPREFIX"] == str((tmp_path / "cache" / "bytecode").resolve())
     assert "PYTHONDONTWRITEBYTECODE" not in env
+    assert "PYTEST_XDIST_WORKER" not in env  # its run's controller is no worker of the outer run
     monkeypatch.setenv("CUDAAGENT_BYTECODE_CACHE", "0")
     env = run_environment(settings, tmp_path / "status")
     assert "PYTHONPYCACHEPREFIX" not in env and env["PYTHONDONTWRITEBYTECODE"] == "1"

@@ -307,6 +307,7 @@ def test_an_after_ready_import_that_touches_cuda_ends_the_forks(monkeypatch):
                 break
         finally:
             worker.close()
+        time.sleep(2 * zygote.QUIET_BEFORE_LATER_S)  # the imports begin once no fork has come for that long
     assert methods[-1] == "spawn", methods
 
 
