@@ -265,8 +265,8 @@ def run_environment(settings: BatchSettings, status_dir: Path) -> dict[str, str]
     # Where torch has no bytecode beside it, each process would compile it again (bytecode_cache.py).
     env = bytecode_cache.for_run(dict(os.environ, PYTHONUNBUFFERED="1"), settings.config.cache_dir)
     # The run's controller is no xdist worker, even when this process is one (a bench started from
-    # a test, or from a trainer's xdist scorer): with the outer worker's id it would pin itself to
-    # a GPU by that id (gpu_pinning) and mark its trace as that worker's.
+    # a test, or from a trainer's xdist scorer): the outer worker's id would mark its trace as that
+    # worker's (the plugin pins by xdist's own worker id, plugin.xdist_worker_id).
     for inherited in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):
         env.pop(inherited, None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))

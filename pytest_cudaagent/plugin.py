@@ -129,7 +129,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault(RUN_COMMAND_ENV, " ".join(["pytest", *config.invocation_params.args])[:COMMAND_CHARS])
     run_id()
     # Before anything in this worker starts CUDA: one GPU per xdist worker.
-    pin_xdist_worker_to_gpu(os.environ.get("PYTEST_XDIST_WORKER"))
+    pin_xdist_worker_to_gpu(xdist_worker_id(config))
     config.stash[PATHS] = _absolute_paths(config)
     config_file = _setting(config, "--cudaagent-config")
     if config_file and not is_inline_config(config_file) and not Path(config_file).is_file():
@@ -220,6 +220,14 @@ def evaluate_to_result(problem, candidate, config: EvalConfig) -> Result:
     start_trace.mark("evaluation.imported")
 
     return evaluate_pair(problem, candidate, config)
+
+
+def xdist_worker_id(config: pytest.Config) -> str | None:
+    """This process's xdist worker id ("gw0"), from xdist's own `workerinput`: PYTEST_XDIST_WORKER
+    would also be set in a run started from inside an xdist worker (its environment inherited),
+    whose controller would then pin itself, and its workers, to a GPU by the outer run's id."""
+    workerinput = getattr(config, "workerinput", None)
+    return workerinput.get("workerid") if isinstance(workerinput, dict) else None
 
 
 def is_xdist_controller(config: pytest.Config) -> bool:

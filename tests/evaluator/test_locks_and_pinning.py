@@ -2,7 +2,9 @@ import multiprocessing
 import os
 import threading
 import time
+from types import SimpleNamespace
 
+from pytest_cudaagent.plugin import xdist_worker_id
 from pytest_cudaagent.system.gpu_pinning import pin_xdist_worker_to_gpu
 from pytest_cudaagent.timing.locks import device_lock, device_work
 
@@ -142,3 +144,11 @@ def test_the_evaluating_process_holds_the_timing_lock_on_the_candidates_behalf(t
     assert len(holders) == 4 and all(">" in holder for holder in holders), holders  # warm-up and timed calls, twice
     assert {holder.split(">")[0] for holder in holders} == {holder_id()}, holders
     assert len({holder.split(">")[1] for holder in holders}) == 2, holders  # one worker per evaluation
+
+
+def test_a_worker_is_pinned_by_xdists_own_id_not_an_inherited_variable(monkeypatch):
+    """A pytest run started from inside an xdist worker inherits PYTEST_XDIST_WORKER: its
+    controller (no `workerinput`) is no worker, and its workers are known by their own ids."""
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
+    assert xdist_worker_id(SimpleNamespace()) is None
+    assert xdist_worker_id(SimpleNamespace(workerinput={"workerid": "gw1"})) == "gw1"
